@@ -1,0 +1,258 @@
+"""The simulation context: the one piece of global state phantom has.
+
+A `Simulation` ties together what a simulated GPU needs: the engine's timeline (virtual
+time), the cost model (GPU time per op), the allocator model (memory), and the statistics
+the report is built from. Interception calls into it; it calls nothing back.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import weakref
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from phantom.cost import KernelCost, RooflineCostModel
+from phantom.engine import Event, Timeline
+from phantom.hardware import GPUSpec
+from phantom.interception import data_reads
+from phantom.memory import AllocatorOutOfMemory, CachingAllocator
+
+REAL_NS = time.perf_counter_ns  # bound before any patching
+
+# Host cost of launching one CUDA kernel through the eager dispatcher, beyond the Python and
+# autograd work the simulation measures directly (that part runs for real here).
+HOST_KERNEL_LAUNCH_NS = 5_000.0
+# Host cost of an op that launches no kernel (views, metadata, empty).
+HOST_NO_KERNEL_NS = 1_000.0
+# A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
+D2H_SYNC_NS = 12_000.0
+PCIE_GBPS = 25.0  # effective pageable D2H bandwidth, GB/s
+PROGRESS_EVERY_S = 10.0
+
+
+@dataclass
+class SimOptions:
+    gpu: GPUSpec
+    device_count: int = 1
+    on_data_read: str = "placeholder"  # or "error"
+    host_speed: float = 1.0  # real host seconds here per simulated host second
+    quiet: bool = False
+
+
+@dataclass
+class OpStats:
+    calls: int = 0
+    gpu_ns: float = 0.0
+
+
+@dataclass
+class Iteration:
+    host_ns: float  # host clock when the optimizer step returned
+    gpu_done_ns: float  # GPU time at which all work enqueued by then finishes
+
+
+@dataclass
+class _StreamState:
+    current: dict[int, Any] = field(default_factory=dict)
+    default: dict[int, Any] = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, options: SimOptions) -> None:
+        self.options = options
+        self.gpu = options.gpu
+        self.device_count = options.device_count
+        self.timeline = Timeline()
+        self.cost_model = RooflineCostModel(options.gpu)
+        self.allocator = CachingAllocator(options.gpu.memory_bytes)
+        self.op_stats: dict[str, OpStats] = defaultdict(OpStats)
+        self.class_gpu_ns: dict[str, float] = defaultdict(float)
+        self.source_gpu_ns: dict[str, float] = defaultdict(float)
+        self.iterations: list[Iteration] = []
+        self.ops_intercepted = 0
+        self.data_reads = 0
+        self._storages: dict[int, list] = {}  # storage key -> [block, live tensor objects]
+        self._streams = _StreamState()
+        self._next_stream_id = 1
+        self._real_mark = REAL_NS()
+        self.wall_start_ns = self._real_mark
+        self._next_progress = self._real_mark + PROGRESS_EVERY_S * 1e9
+
+    # -- host time ------------------------------------------------------------------------
+    def begin_op(self) -> None:
+        """Entering phantom: charge the user's own host time since we last returned."""
+        now = REAL_NS()
+        self.timeline.advance_host((now - self._real_mark) / self.options.host_speed)
+        self._real_mark = now
+
+    def end_op(self) -> None:
+        """Leaving phantom: our own overhead up to here is not the user's time."""
+        self._real_mark = REAL_NS()
+        if self._real_mark >= self._next_progress:
+            self._report_progress()
+
+    def host_now_ns(self) -> float:
+        self.begin_op()
+        now = self.timeline.host_ns
+        self.end_op()
+        return now
+
+    def advance_host_ns(self, ns: float) -> None:
+        self.begin_op()
+        self.timeline.advance_host(ns)
+        self.end_op()
+
+    # -- streams --------------------------------------------------------------------------
+    def new_stream_id(self) -> int:
+        sid = self._next_stream_id
+        self._next_stream_id += 1
+        return sid
+
+    def default_stream(self, device_index: int):
+        from phantom.interception.cuda_api import Stream
+
+        s = self._streams.default.get(device_index)
+        if s is None:
+            s = self._streams.default[device_index] = Stream(stream_id=0, device_index=device_index)
+        return s
+
+    def current_stream(self, device_index: int):
+        s = self._streams.current.get(device_index)
+        return s if s is not None else self.default_stream(device_index)
+
+    def set_current_stream(self, stream) -> None:
+        self._streams.current[stream.device_index] = stream
+
+    def _current_stream_id(self) -> int:
+        s = self._streams.current.get(torch.accelerator.current_device_index())
+        return 0 if s is None else s.stream_id
+
+    # -- sync points (called from the torch.cuda API) -------------------------------------
+    def _sync(self, fn, *args) -> None:
+        self.begin_op()
+        fn(*args)
+        self.end_op()
+
+    def synchronize_device(self) -> None:
+        self._sync(self.timeline.synchronize_device)
+
+    def synchronize_stream(self, stream_id: int) -> None:
+        self._sync(self.timeline.synchronize_stream, stream_id)
+
+    def synchronize_event(self, event: Event) -> None:
+        self._sync(self.timeline.synchronize_event, event)
+
+    def record_event(self, event: Event, stream_id: int) -> None:
+        self._sync(self.timeline.record_event, event, stream_id)
+
+    def query_stream(self, stream_id: int) -> bool:
+        self.begin_op()
+        done = self.timeline.query_stream(stream_id)
+        self.end_op()
+        return done
+
+    def query_event(self, event: Event) -> bool:
+        self.begin_op()
+        done = self.timeline.query_event(event)
+        self.end_op()
+        return done
+
+    # -- ops ------------------------------------------------------------------------------
+    def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """Charge one simulated CUDA op: allocate its outputs, then time its kernel."""
+        self.ops_intercepted += 1
+        stream_id = self._current_stream_id()
+        self._track_outputs(out, stream_id)
+        cost = self.cost_model.estimate(func, args, kwargs, out)
+        if cost is None:
+            self.timeline.advance_host(HOST_NO_KERNEL_NS)
+        else:
+            self._launch(func, cost, stream_id)
+        data_reads.propagate_hint(func, args, out)
+
+    def _launch(self, func: Any, cost: KernelCost, stream_id: int) -> None:
+        self.timeline.launch(stream_id, cost.gpu_ns, HOST_KERNEL_LAUNCH_NS)
+        name = func.__name__ if hasattr(func, "__name__") else str(func)
+        stats = self.op_stats[name]
+        stats.calls += 1
+        stats.gpu_ns += cost.gpu_ns
+        self.class_gpu_ns[cost.op_class] += cost.gpu_ns
+        self.source_gpu_ns[cost.source] += cost.gpu_ns
+
+    def on_data_read(self, t: torch.Tensor, blocking: bool, what: str) -> None:
+        self.data_reads += 1
+        if self.options.on_data_read == "error":
+            data_reads.raise_data_read(what)
+        stream_id = self._current_stream_id()
+        nbytes = t.numel() * t.element_size()
+        copy_ns = 2_000.0 + nbytes / PCIE_GBPS
+        self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS)
+        self.class_gpu_ns["copy"] += copy_ns
+        if blocking:
+            self.timeline.synchronize_stream(stream_id)
+            self.timeline.advance_host(D2H_SYNC_NS)
+
+    # -- memory ---------------------------------------------------------------------------
+    def _track_outputs(self, out: Any, stream_id: int) -> None:
+        if isinstance(out, torch.Tensor):
+            self._track(out, stream_id)
+        elif isinstance(out, (tuple, list)):
+            for o in out:
+                if isinstance(o, torch.Tensor):
+                    self._track(o, stream_id)
+
+    def _track(self, t: torch.Tensor, stream_id: int) -> None:
+        if "_phantom_holder" in t.__dict__ or t.device.type != "cuda":
+            return  # already counted (in-place ops return their input) or not device memory
+        storage = t.untyped_storage()
+        key = storage._cdata
+        entry = self._storages.get(key)
+        if entry is None:
+            entry = self._storages[key] = [self._malloc(storage.nbytes(), stream_id), 0]
+        entry[1] += 1
+        # The holder is how a finalizer finds its storage; swap_tensors (Module.to on fake
+        # parameters) exchanges holders with the tensors' contents, see interception.patches.
+        holder = [key]
+        t.__dict__["_phantom_holder"] = holder
+        weakref.finalize(t, self._release, holder)
+
+    def _malloc(self, nbytes: int, stream_id: int):
+        try:
+            return self.allocator.malloc(nbytes, stream_id)
+        except AllocatorOutOfMemory as e:
+            raise torch.OutOfMemoryError(e.message) from None
+
+    def _release(self, holder: list) -> None:
+        entry = self._storages.get(holder[0])
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._storages[holder[0]]
+            self.allocator.free(entry[0])
+
+    def set_memory_fraction(self, fraction: float) -> None:
+        if not 0.0 < fraction <= 1.0:
+            raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
+        self.allocator.capacity_bytes = int(self.gpu.memory_bytes * fraction)
+
+    # -- iterations -----------------------------------------------------------------------
+    def mark_iteration(self) -> None:
+        self.begin_op()
+        self.iterations.append(Iteration(self.timeline.host_ns, self.timeline.gpu_idle_ns()))
+        self.end_op()
+
+    def _report_progress(self) -> None:
+        self._next_progress = self._real_mark + PROGRESS_EVERY_S * 1e9
+        if self.options.quiet:
+            return
+        wall = (self._real_mark - self.wall_start_ns) / 1e9
+        print(
+            f"phantom: {len(self.iterations)} iterations, {self.ops_intercepted:,} ops, "
+            f"simulated {self.timeline.host_ns / 1e9:.2f} s in {wall:.0f} s wall",
+            file=sys.stderr, flush=True,
+        )

@@ -1,0 +1,133 @@
+"""GPU presets: datasheet specs of the GPUs phantom can simulate.
+
+Peak rates are dense (no sparsity), in TFLOP/s; memory is what `torch.cuda` reports as the
+device's total memory. Sources: NVIDIA H100/H200/A100 datasheets.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    name: str  # canonical preset name, e.g. "H100"
+    device_name: str  # what torch.cuda.get_device_name() returns on the real GPU
+    memory_bytes: int  # total device memory as torch.cuda.get_device_properties reports it
+    bf16_tflops: float
+    fp16_tflops: float
+    fp32_tflops: float  # non-tensor-core FP32
+    tf32_tflops: float
+    fp8_tflops: float | None  # None: no FP8 tensor cores
+    hbm_gbps: float  # HBM bandwidth, GB/s
+    sm_count: int
+    compute_capability: tuple[int, int]
+    nvlink_gbps: float  # NVLink bandwidth per GPU per direction, GB/s
+    l2_cache_bytes: int
+    tdp_watts: int
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GIB
+
+    def peak_tflops(self, dtype_name: str) -> float:
+        """Dense tensor-core peak for a dtype name (bf16, fp16, fp32, tf32, fp8)."""
+        table = {
+            "bf16": self.bf16_tflops,
+            "fp16": self.fp16_tflops,
+            "fp32": self.fp32_tflops,
+            "tf32": self.tf32_tflops,
+            "fp8": self.fp8_tflops or self.bf16_tflops,
+        }
+        return table[dtype_name]
+
+    def with_memory_gib(self, gib: float) -> "GPUSpec":
+        return replace(self, memory_bytes=int(gib * GIB))
+
+
+# Total memory values are what the CUDA driver reports (cudaMemGetInfo total), which is
+# slightly below the marketing capacity.
+_PRESETS: dict[str, GPUSpec] = {
+    "H100": GPUSpec(
+        name="H100",
+        device_name="NVIDIA H100 80GB HBM3",
+        memory_bytes=81559 * 1024**2,
+        bf16_tflops=989.4,
+        fp16_tflops=989.4,
+        fp32_tflops=66.9,
+        tf32_tflops=494.7,
+        fp8_tflops=1978.9,
+        hbm_gbps=3350.0,
+        sm_count=132,
+        compute_capability=(9, 0),
+        nvlink_gbps=450.0,
+        l2_cache_bytes=50 * 1024**2,
+        tdp_watts=700,
+    ),
+    "H200": GPUSpec(
+        name="H200",
+        device_name="NVIDIA H200",
+        memory_bytes=143771 * 1024**2,
+        bf16_tflops=989.4,
+        fp16_tflops=989.4,
+        fp32_tflops=66.9,
+        tf32_tflops=494.7,
+        fp8_tflops=1978.9,
+        hbm_gbps=4800.0,
+        sm_count=132,
+        compute_capability=(9, 0),
+        nvlink_gbps=450.0,
+        l2_cache_bytes=60 * 1024**2,
+        tdp_watts=700,
+    ),
+    "A100": GPUSpec(
+        name="A100",
+        device_name="NVIDIA A100-SXM4-80GB",
+        memory_bytes=81920 * 1024**2,
+        bf16_tflops=312.0,
+        fp16_tflops=312.0,
+        fp32_tflops=19.5,
+        tf32_tflops=156.0,
+        fp8_tflops=None,
+        hbm_gbps=2039.0,
+        sm_count=108,
+        compute_capability=(8, 0),
+        nvlink_gbps=300.0,
+        l2_cache_bytes=40 * 1024**2,
+        tdp_watts=400,
+    ),
+    "A100-40GB": GPUSpec(
+        name="A100-40GB",
+        device_name="NVIDIA A100-SXM4-40GB",
+        memory_bytes=40960 * 1024**2,
+        bf16_tflops=312.0,
+        fp16_tflops=312.0,
+        fp32_tflops=19.5,
+        tf32_tflops=156.0,
+        fp8_tflops=None,
+        hbm_gbps=1555.0,
+        sm_count=108,
+        compute_capability=(8, 0),
+        nvlink_gbps=300.0,
+        l2_cache_bytes=40 * 1024**2,
+        tdp_watts=400,
+    ),
+}
+
+
+class UnknownGPUError(ValueError):
+    pass
+
+
+def list_gpus() -> list[GPUSpec]:
+    return list(_PRESETS.values())
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """Look a preset up by name, case-insensitively; unknown names list the known ones."""
+    for key, spec in _PRESETS.items():
+        if key.lower() == name.strip().lower():
+            return spec
+    known = ", ".join(_PRESETS)
+    raise UnknownGPUError(f"unknown GPU {name!r}; known GPUs: {known} (see `phantom gpus`)")

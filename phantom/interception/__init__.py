@@ -1,0 +1,27 @@
+"""Interception: turns a real PyTorch program into calls on the simulation.
+
+It owns the fake-tensor dispatch mode, the `torch.cuda` API answered by the simulation,
+the patched Python clocks, and the few patches torch itself needs. `install(sim)` puts all
+of them in place; afterwards every CUDA op of the script reaches `sim.on_op`.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from phantom.context import Simulation
+
+
+def install(sim: "Simulation"):
+    """Install every interception layer and enter the fake mode; returns the mode."""
+    from phantom.interception import clock, cuda_api, patches
+    from phantom.interception.mode import PhantomMode
+
+    # Constructing the mode imports torch._dynamo, which builds a map of torch's functions
+    # once: it must see the originals, before the CUDA API is replaced.
+    mode = PhantomMode(sim)
+    cuda_api.install(sim)
+    patches.install(sim)
+    mode.__enter__()
+    clock.install(sim)
+    return mode

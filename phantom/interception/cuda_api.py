@@ -1,0 +1,498 @@
+"""The `torch.cuda` API, answered by the simulation.
+
+A CPU-only torch build has no CUDA bindings in `torch._C`; the Python wrappers in
+`torch.cuda` call them. We answer at both layers: the `torch._C._cuda_*` bindings the
+wrappers use (sturdier than patching each wrapper, since frameworks reach for either), and
+the module-level functions whose CPU-build versions raise before reaching a binding.
+Streams and events are simulated objects whose ordering semantics live in the engine.
+"""
+from __future__ import annotations
+
+import contextlib
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from phantom.context import Simulation
+
+# NCCL and CUDA versions the simulated software stack reports (NCCL 2.27 ships with
+# CUDA 12.8 wheels of torch 2.8+).
+SIMULATED_CUDA_VERSION = "12.8"
+SIMULATED_NCCL_VERSION = (2, 27, 3)
+
+
+def _device_index(device: Any = None) -> int:
+    if device is None:
+        return torch.accelerator.current_device_index()
+    if isinstance(device, int):
+        return device if device >= 0 else torch.accelerator.current_device_index()
+    if isinstance(device, str):
+        device = torch.device(device)
+    if isinstance(device, torch.device):
+        return device.index if device.index is not None else torch.accelerator.current_device_index()
+    index = getattr(device, "device_index", None) or getattr(device, "index", None)
+    return int(index or 0)
+
+
+class Stream:
+    """A simulated CUDA stream (stands in for torch.cuda.Stream)."""
+
+    def __new__(cls, device: Any = None, priority: int = 0, stream_id: int | None = None,
+                device_index: int | None = None, device_type: int | None = None, **_: Any):
+        self = object.__new__(cls)
+        sim = _sim()
+        self.device_index = device_index if device_index is not None else _device_index(device)
+        self.priority = priority
+        self.stream_id = stream_id if stream_id is not None else sim.new_stream_id()
+        sim.timeline.stream(self.stream_id).priority = priority
+        return self
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cuda", self.device_index)
+
+    @property
+    def device_type(self) -> int:
+        return 1  # DeviceType::CUDA
+
+    @property
+    def cuda_stream(self) -> int:
+        return 0x7F0000 + self.stream_id  # a stable fake cudaStream_t
+
+    def wait_event(self, event: "Event") -> None:
+        _sim().timeline.stream_wait_event(self.stream_id, event._event)
+
+    def wait_stream(self, stream: "Stream") -> None:
+        _sim().timeline.stream_wait_stream(self.stream_id, stream.stream_id)
+
+    def record_event(self, event: "Event | None" = None) -> "Event":
+        event = event if event is not None else Event()
+        event.record(self)
+        return event
+
+    def query(self) -> bool:
+        return _sim().query_stream(self.stream_id)
+
+    def synchronize(self) -> None:
+        _sim().synchronize_stream(self.stream_id)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other.stream_id == self.stream_id \
+            and other.device_index == self.device_index
+
+    def __hash__(self) -> int:
+        return hash((self.stream_id, self.device_index))
+
+    def __enter__(self) -> "Stream":
+        self._ctx = stream(self)
+        self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._ctx.__exit__(*exc)
+
+    def __repr__(self) -> str:
+        return f"<torch.cuda.Stream device=cuda:{self.device_index} cuda_stream={self.cuda_stream:#x}>"
+
+
+class ExternalStream(Stream):
+    pass
+
+
+class Event:
+    """A simulated CUDA event (stands in for torch.cuda.Event)."""
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False,
+                 interprocess: bool = False, external: bool = False) -> None:
+        from phantom.engine import Event as EngineEvent
+        self._event = EngineEvent(enable_timing=enable_timing)
+        self.enable_timing = enable_timing
+
+    def record(self, stream: Stream | None = None) -> None:
+        stream = stream if stream is not None else current_stream()
+        _sim().record_event(self._event, stream.stream_id)
+
+    def wait(self, stream: Stream | None = None) -> None:
+        stream = stream if stream is not None else current_stream()
+        stream.wait_event(self)
+
+    def query(self) -> bool:
+        return _sim().query_event(self._event)
+
+    def synchronize(self) -> None:
+        _sim().synchronize_event(self._event)
+
+    def elapsed_time(self, end_event: "Event") -> float:
+        """Milliseconds between two recorded events, on the simulated GPU clock."""
+        if not (self.enable_timing and end_event.enable_timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+        if self._event.time_ns is None or end_event._event.time_ns is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        _sim().synchronize_event(end_event._event)  # CUDA requires the end event completed
+        return (end_event._event.time_ns - self._event.time_ns) / 1e6
+
+    @property
+    def cuda_event(self) -> int:
+        return id(self._event)
+
+    def ipc_handle(self) -> bytes:
+        raise RuntimeError("phantom: CUDA IPC event handles are not simulated")
+
+    def __repr__(self) -> str:
+        return f"<torch.cuda.Event {self.cuda_event:#x}>"
+
+
+class StreamContext:
+    """`with torch.cuda.stream(s):` selects `s` as the current stream of its device."""
+
+    def __init__(self, stream: Stream | None) -> None:
+        self.stream = stream
+        self._prev: Stream | None = None
+
+    def __enter__(self) -> None:
+        if self.stream is None:
+            return
+        self._prev = current_stream(self.stream.device_index)
+        _sim().set_current_stream(self.stream)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.stream is not None and self._prev is not None:
+            _sim().set_current_stream(self._prev)
+
+
+def stream(s: Stream | None) -> StreamContext:
+    return StreamContext(s)
+
+
+def current_stream(device: Any = None) -> Stream:
+    return _sim().current_stream(_device_index(device))
+
+
+def default_stream(device: Any = None) -> Stream:
+    return _sim().default_stream(_device_index(device))
+
+
+def set_stream(s: Stream) -> None:
+    if s is not None:
+        _sim().set_current_stream(s)
+
+
+@dataclass(frozen=True)
+class DeviceProperties:
+    """Stands in for torch._C._CudaDeviceProperties of the simulated GPU."""
+
+    name: str
+    major: int
+    minor: int
+    total_memory: int
+    multi_processor_count: int
+    L2_cache_size: int
+    is_integrated: int = 0
+    is_multi_gpu_board: int = 0
+    max_threads_per_multi_processor: int = 2048
+    warp_size: int = 32
+    regs_per_multiprocessor: int = 65536
+    shared_memory_per_block_optin: int = 232448
+    gcnArchName: str = "NVIDIA CUDA"
+    uuid: str = "00000000-0000-0000-0000-000000000000"
+    pci_bus_id: int = 0
+    pci_device_id: int = 0
+    pci_domain_id: int = 0
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, "
+                f"minor={self.minor}, total_memory={self.total_memory // 1024**2}MB, "
+                f"multi_processor_count={self.multi_processor_count}, "
+                f"L2_cache_size={self.L2_cache_size // 1024**2}MB)")
+
+
+_SIM: "Simulation | None" = None
+
+
+def _sim() -> "Simulation":
+    assert _SIM is not None, "phantom: the simulation is not installed"
+    return _SIM
+
+
+def _properties(device: Any = None) -> DeviceProperties:
+    gpu = _sim().gpu
+    return DeviceProperties(
+        name=gpu.device_name, major=gpu.compute_capability[0], minor=gpu.compute_capability[1],
+        total_memory=gpu.memory_bytes, multi_processor_count=gpu.sm_count,
+        L2_cache_size=gpu.l2_cache_bytes,
+        uuid=f"GPU-phantom-{_device_index(device):04d}",
+    )
+
+
+# -- memory -------------------------------------------------------------------------------
+
+def _memory_api() -> dict[str, Any]:
+    def memory_allocated(device: Any = None) -> int:
+        return _sim().allocator.allocated_bytes
+
+    def max_memory_allocated(device: Any = None) -> int:
+        return _sim().allocator.max_allocated_bytes
+
+    def memory_reserved(device: Any = None) -> int:
+        return _sim().allocator.reserved_bytes
+
+    def max_memory_reserved(device: Any = None) -> int:
+        return _sim().allocator.max_reserved_bytes
+
+    def memory_stats(device: Any = None) -> dict[str, int]:
+        return dict(_sim().allocator.memory_stats())
+
+    def memory_stats_as_nested_dict(device: Any = None) -> dict[str, Any]:
+        nested: dict[str, Any] = {}
+        for key, value in memory_stats(device).items():
+            node = nested
+            parts = key.split(".")
+            for part in parts[:-1]:
+                node = node.setdefault(part, {})
+            node[parts[-1]] = value
+        return nested
+
+    def reset_peak_memory_stats(device: Any = None) -> None:
+        _sim().allocator.reset_peak_stats()
+
+    def empty_cache() -> None:
+        _sim().allocator.empty_cache()
+
+    def mem_get_info(device: Any = None) -> tuple[int, int]:
+        return _sim().allocator.mem_get_info()
+
+    def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
+        a = _sim().allocator
+        gib = 1024**3
+        return (
+            "|  phantom simulated CUDA caching allocator\n"
+            f"|  Allocated memory: {a.allocated_bytes / gib:.2f} GiB (peak {a.max_allocated_bytes / gib:.2f} GiB)\n"
+            f"|  Reserved memory:  {a.reserved_bytes / gib:.2f} GiB (peak {a.max_reserved_bytes / gib:.2f} GiB)\n"
+        )
+
+    def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
+        _sim().set_memory_fraction(fraction)
+
+    def noop(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    return {
+        "memory_allocated": memory_allocated,
+        "max_memory_allocated": max_memory_allocated,
+        "memory_reserved": memory_reserved,
+        "max_memory_reserved": max_memory_reserved,
+        "memory_cached": memory_reserved,
+        "max_memory_cached": max_memory_reserved,
+        "memory_stats": memory_stats,
+        "memory_stats_as_nested_dict": memory_stats_as_nested_dict,
+        "reset_peak_memory_stats": reset_peak_memory_stats,
+        "reset_max_memory_allocated": reset_peak_memory_stats,
+        "reset_max_memory_cached": reset_peak_memory_stats,
+        "reset_accumulated_memory_stats": noop,
+        "empty_cache": empty_cache,
+        "mem_get_info": mem_get_info,
+        "memory_summary": memory_summary,
+        "memory_snapshot": lambda *a, **k: [],
+        "set_per_process_memory_fraction": set_per_process_memory_fraction,
+        "_record_memory_history": noop,
+        "_dump_snapshot": noop,
+        "list_gpu_processes": lambda *a, **k: "phantom: no processes on a simulated GPU",
+    }
+
+
+# -- rng ------------------------------------------------------------------------------------
+
+def _rng_api(n_devices: int) -> dict[str, Any]:
+    # CUDA generators only matter for their state (Megatron's RNG tracker saves and restores
+    # it); values drawn on fake tensors are never materialised. CPU generators carry the
+    # state so get/set round-trips work.
+    generators = tuple(torch.Generator() for _ in range(n_devices))
+
+    def gen(device: Any = None) -> torch.Generator:
+        return generators[_device_index(device) % n_devices]
+
+    def manual_seed(seed: int) -> None:
+        gen().manual_seed(int(seed))
+
+    def manual_seed_all(seed: int) -> None:
+        for g in generators:
+            g.manual_seed(int(seed))
+
+    def seed() -> None:
+        gen().seed()
+
+    def seed_all() -> None:
+        s = generators[0].seed()
+        for g in generators[1:]:
+            g.manual_seed(s)
+
+    def get_rng_state(device: Any = "cuda") -> torch.Tensor:
+        return gen(device).get_state()
+
+    def set_rng_state(new_state: torch.Tensor, device: Any = "cuda") -> None:
+        gen(device).set_state(new_state)
+
+    return {
+        "default_generators": generators,
+        "manual_seed": manual_seed,
+        "manual_seed_all": manual_seed_all,
+        "seed": seed,
+        "seed_all": seed_all,
+        "initial_seed": lambda: gen().initial_seed(),
+        "get_rng_state": get_rng_state,
+        "set_rng_state": set_rng_state,
+        "get_rng_state_all": lambda: [g.get_state() for g in generators],
+        "set_rng_state_all": lambda states: [g.set_state(s) for g, s in zip(generators, states)],
+    }
+
+
+class _NvtxStub:
+    """torch.cuda.nvtx: ranges have no cost on the simulated GPU."""
+
+    @staticmethod
+    def range_push(msg: str) -> int:
+        return 0
+
+    @staticmethod
+    def range_pop() -> int:
+        return 0
+
+    @staticmethod
+    def range_start(msg: str) -> int:
+        return 0
+
+    @staticmethod
+    def range_end(range_id: int) -> None:
+        return None
+
+    @staticmethod
+    def mark(msg: str) -> None:
+        return None
+
+    @staticmethod
+    @contextlib.contextmanager
+    def range(msg: str, *args: Any, **kwargs: Any):
+        yield
+
+
+def _unsupported(what: str):
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError(
+            f"phantom: {what} is not simulated. Run without it (e.g. disable CUDA graphs in the "
+            f"script's config); see README 'Limitations'."
+        )
+    return fail
+
+
+def install(sim: "Simulation") -> None:
+    """Point torch.cuda and the torch._C CUDA bindings at the simulation."""
+    global _SIM
+    _SIM = sim
+    cuda = torch.cuda
+    n = sim.device_count
+
+    def set_device(device: Any) -> None:
+        index = _device_index(device)
+        if index >= n:
+            raise RuntimeError(f"CUDA error: invalid device ordinal (device {index}, {n} simulated)")
+        torch._C._accelerator_setDeviceIndex(index)
+
+    def exchange_device(index: int) -> int:
+        prev = torch.accelerator.current_device_index()
+        if index >= 0:
+            torch._C._accelerator_setDeviceIndex(index)
+        return prev
+
+    def synchronize(device: Any = None) -> None:
+        sim.synchronize_device()
+
+    c_bindings = {
+        "_cuda_getDeviceCount": lambda: n,
+        "_cuda_getDevice": lambda: torch.accelerator.current_device_index(),
+        "_cuda_setDevice": set_device,
+        "_cuda_exchangeDevice": exchange_device,
+        "_cuda_maybeExchangeDevice": exchange_device,
+        "_cuda_synchronize": lambda: sim.synchronize_device(),
+        "_cuda_getArchFlags": lambda: "sm_80 sm_90",
+        "_cuda_isInBadFork": lambda: False,
+        "_cuda_init": lambda: None,
+        "_cuda_getCurrentRawStream": lambda idx: current_stream(idx).cuda_stream,
+        "_cuda_getCurrentBlasHandle": lambda: 0,
+        "_cuda_clearCublasWorkspaces": lambda: None,
+        "_cuda_get_conv_benchmark_empty_cache": lambda: True,
+        "_cuda_set_conv_benchmark_empty_cache": lambda enable: None,
+    }
+    for name, fn in c_bindings.items():
+        setattr(torch._C, name, fn)
+
+    module_api: dict[str, Any] = {
+        "is_available": lambda: True,
+        "is_initialized": lambda: True,
+        "_is_compiled": lambda: True,
+        "_lazy_init": lambda: None,
+        "init": lambda: None,
+        "device_count": lambda: n,
+        "current_device": lambda: torch.accelerator.current_device_index(),
+        "set_device": set_device,
+        "_exchange_device": exchange_device,
+        "_maybe_exchange_device": exchange_device,
+        "get_device_properties": _properties,
+        "get_device_name": lambda device=None: sim.gpu.device_name,
+        "get_device_capability": lambda device=None: sim.gpu.compute_capability,
+        "get_arch_list": lambda: ["sm_80", "sm_90"],
+        "get_gencode_flags": lambda: "-gencode compute=compute_80,code=sm_80 -gencode compute=compute_90,code=sm_90",
+        "is_bf16_supported": lambda including_emulation=True: sim.gpu.compute_capability >= (8, 0),
+        "is_tf32_supported": lambda: sim.gpu.compute_capability >= (8, 0),
+        "synchronize": synchronize,
+        "Stream": Stream,
+        "ExternalStream": ExternalStream,
+        "Event": Event,
+        "StreamContext": StreamContext,
+        "stream": stream,
+        "current_stream": current_stream,
+        "default_stream": default_stream,
+        "set_stream": set_stream,
+        "current_blas_handle": lambda: 0,
+        "set_sync_debug_mode": lambda mode: None,
+        "get_sync_debug_mode": lambda: 0,
+        "ipc_collect": lambda: None,
+        "can_device_access_peer": lambda device, peer: True,
+        "utilization": lambda device=None: 100,
+        "nvtx": _NvtxStub,
+        "CUDAGraph": _unsupported("CUDA graph capture (torch.cuda.CUDAGraph)"),
+        "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
+        "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables"),
+    }
+    module_api.update(_memory_api())
+    module_api.update(_rng_api(n))
+    for name, value in module_api.items():
+        setattr(cuda, name, value)
+    for name, value in _memory_api().items():
+        setattr(cuda.memory, name, value)
+    for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
+                 "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"):
+        setattr(cuda.random, name, module_api[name])
+    cuda.streams.Stream = Stream
+    cuda.streams.Event = Event
+    cuda.nvtx = _NvtxStub
+    cuda._initialized = True
+    torch.version.cuda = SIMULATED_CUDA_VERSION
+    _install_nccl_version()
+
+
+def _install_nccl_version() -> None:
+    nccl = torch.cuda.nccl
+    nccl.version = lambda: SIMULATED_NCCL_VERSION
+    nccl.is_available = lambda tensors=None: True
+
+
+def warn_once(message: str, _seen: set[str] = set()) -> None:
+    if message not in _seen:
+        _seen.add(message)
+        warnings.warn(message, stacklevel=3)

@@ -1,0 +1,105 @@
+"""What a script sees when it reads the value of a fake CUDA tensor.
+
+Fake tensors have no values, so `.item()`, `.tolist()`, `.cpu()` and other device-to-host
+copies return placeholders. The policy (README, "Data-dependent reads"):
+
+- floating point: 0.0   (loss prints as 0; a GradScaler's found-inf flag reads "no inf")
+- integer:        1     (neutral for the divisions and counts scripts do with token counts)
+- bool:           the *healthy* answer where the tensor comes from a finiteness check
+                  (`isfinite(x)` -> True, `isnan(x)`/`isinf(x)` -> False, propagated
+                  through all/any/logical_not/and/or), else False.
+
+With `--on-data-read error` the read raises `DataReadError` naming the user's source line,
+so control flow that depends on tensor values can be found.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+HINT_ATTR = "_phantom_value_hint"
+
+# Ops whose boolean output has a known healthy value, whatever the input.
+_HINT_SOURCES = {
+    aten.isfinite.default: True,
+    aten.isnan.default: False,
+    aten.isinf.default: False,
+    aten.isposinf.default: False,
+    aten.isneginf.default: False,
+}
+# Ops that pass the hint of their first tensor argument through.
+_HINT_PASSTHROUGH = {
+    aten.all.default, aten.all.dim, aten.all.dims, aten.any.default, aten.any.dim,
+    aten.any.dims, aten.view.default, aten.clone.default, aten._to_copy.default,
+    aten.squeeze.default, aten.squeeze.dim, aten.reshape.default, aten.detach.default,
+    aten.alias.default, aten.select.int, aten.expand.default, aten.lift_fresh.default,
+    aten._unsafe_view.default, aten.sum.default,
+}
+
+
+class DataReadError(RuntimeError):
+    pass
+
+
+def propagate_hint(func: Any, args: tuple, out: Any) -> None:
+    """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
+    if func in _HINT_SOURCES:
+        hint = _HINT_SOURCES[func]
+    elif func in _HINT_PASSTHROUGH:
+        hint = getattr(args[0], HINT_ATTR, None) if args else None
+    elif func is aten.logical_not.default:
+        hint = getattr(args[0], HINT_ATTR, None)
+        hint = None if hint is None else not hint
+    elif func is aten.logical_and.default or func is aten.logical_or.default:
+        a, b = (getattr(x, HINT_ATTR, None) for x in args[:2])
+        if a is None or b is None:
+            return
+        hint = (a and b) if func is aten.logical_and.default else (a or b)
+    elif func is aten._amp_foreach_non_finite_check_and_unscale_.default:
+        # GradScaler's found_inf flag: a healthy step found no inf/nan.
+        setattr(args[1], HINT_ATTR, 0.0)
+        return
+    else:
+        return
+    if hint is not None and isinstance(out, torch.Tensor):
+        setattr(out, HINT_ATTR, hint)
+
+
+def placeholder_scalar(t: torch.Tensor) -> bool | int | float | complex:
+    hint = getattr(t, HINT_ATTR, None)
+    if t.dtype == torch.bool:
+        return bool(hint) if hint is not None else False
+    if t.dtype.is_floating_point:
+        return float(hint) if hint is not None else 0.0
+    if t.dtype.is_complex:
+        return complex(0.0)
+    return int(hint) if hint is not None else 1
+
+
+def placeholder_cpu_tensor(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """A real CPU tensor with t's shape, filled with the placeholder value."""
+    value = placeholder_scalar(t)
+    return torch.full(tuple(t.shape), value, dtype=dtype or t.dtype, device="cpu")
+
+
+def user_frame_summary() -> str:
+    """The innermost stack frame outside torch and phantom: where the user's code read."""
+    for frame in reversed(traceback.extract_stack()):
+        path = frame.filename
+        if "/torch/" in path or "/phantom/" in path or path.startswith("<"):
+            continue
+        return f'File "{path}", line {frame.lineno}, in {frame.name}\n    {frame.line}'
+    return "(no user frame found)"
+
+
+def raise_data_read(what: str) -> None:
+    raise DataReadError(
+        f"phantom: the script reads the value of a simulated CUDA tensor ({what}) at\n"
+        f"  {user_frame_summary()}\n"
+        "Simulated tensors have no values. Remove the read, or run without "
+        "`--on-data-read error` to get a placeholder (see README, 'Data-dependent reads')."
+    )

@@ -1,0 +1,160 @@
+"""The dispatch mode that makes CUDA tensors fake and reports every CUDA op to the simulation.
+
+`PhantomMode` is a `FakeTensorMode` that decides, per aten op:
+- real CPU work (only plain CPU or meta tensors, no CUDA device asked for) runs for real, so
+  data loading and tokenisation behave as usual;
+- everything that touches CUDA runs through FakeTensorMode (shapes, dtypes, strides, no
+  memory) and is handed to the simulation, which charges its GPU time and memory;
+- reads of CUDA values (`.item()`, `.cpu()`, D2H `copy_`) return placeholders after a
+  simulated sync (see data_reads.py).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch._subclasses.fake_tensor import (
+    DynamicOutputShapeException,
+    FakeTensor,
+    FakeTensorMode,
+    UnsupportedOperatorException,
+)
+
+from phantom.interception import data_reads
+
+if TYPE_CHECKING:
+    from phantom.context import Simulation
+
+aten = torch.ops.aten
+prim = torch.ops.prim
+
+# Metadata queries FakeTensorMode answers directly; they are most of all dispatches
+# (prim.device alone is ~70%) and never launch work, so they skip all bookkeeping.
+_METADATA_OPS = frozenset({
+    prim.device.default, aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+    aten.sym_storage_offset.default, aten.is_coalesced.default, aten.dense_dim.default,
+    aten.sparse_dim.default,
+})
+
+
+class SimulationError(RuntimeError):
+    """An error phantom raises into the user's script, with an actionable message."""
+
+
+def _is_cuda_device(device: Any) -> bool:
+    if device is None:
+        return False
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return False  # an int device index means the current accelerator only in some APIs
+
+
+def _touches_cuda(args: tuple, kwargs: dict) -> bool:
+    """True if the op must be simulated: a fake tensor argument or a CUDA device asked for."""
+    for a in args:
+        if isinstance(a, FakeTensor):
+            return True
+        if isinstance(a, (list, tuple)) and a and isinstance(a[0], FakeTensor):
+            return True
+    if kwargs:
+        if _is_cuda_device(kwargs.get("device")):
+            return True
+        for v in kwargs.values():
+            if isinstance(v, FakeTensor):
+                return True
+    return False
+
+
+def _copy_hoop_holder(cls: type) -> None:
+    """Higher-order ops register their fake rules on the exact FakeTensorMode class; a
+    subclass would miss them (e.g. DTensor's run_dtensor_rng_op), so share the rules."""
+    from torch._ops import _higher_order_ops
+
+    for op in _higher_order_ops.values():
+        table = getattr(op, "python_key_table", None)
+        if table is not None and FakeTensorMode in table and cls not in table:
+            table[cls] = table[FakeTensorMode]
+
+
+class PhantomMode(FakeTensorMode):
+    def __init__(self, sim: "Simulation") -> None:
+        super().__init__(allow_non_fake_inputs=True)
+        self.sim = sim
+        self._depth = 0
+
+    @property
+    def avoid_device_init(self) -> bool:
+        # The fake CUDA device has no memory: never constant-fold through a real CUDA copy.
+        return True
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
+        kwargs = kwargs or {}
+        if func in _METADATA_OPS:
+            return self.dispatch(func, types, args, kwargs)
+        if self._depth or not _touches_cuda(args, kwargs):
+            if self._depth == 0:
+                return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
+            return self.dispatch(func, types, args, kwargs)
+        sim = self.sim
+        sim.begin_op()
+        self._depth += 1
+        try:
+            read = self._maybe_data_read(func, args, kwargs)
+            if read is not _NOT_A_READ:
+                return read
+            out = self._fake_dispatch(func, types, args, kwargs)
+            sim.on_op(func, args, kwargs, out)
+            return out
+        finally:
+            self._depth -= 1
+            sim.end_op()
+
+    def _fake_dispatch(self, func, types, args, kwargs):
+        try:
+            return self.dispatch(func, types, args, kwargs)
+        except UnsupportedOperatorException as e:
+            raise SimulationError(
+                f"phantom: {func} has no shape-only (fake) implementation, so it cannot be "
+                f"simulated. Called from\n  {data_reads.user_frame_summary()}\n"
+                f"To continue, register one with torch.library.register_fake('{func.name()}') "
+                "before the call, or avoid the op; please report it."
+            ) from e
+        except DynamicOutputShapeException as e:
+            raise SimulationError(
+                f"phantom: {func} has an output shape that depends on tensor values, which a "
+                f"simulation does not have. Called from\n  {data_reads.user_frame_summary()}\n"
+                "See README, 'Data-dependent reads', for the supported patterns."
+            ) from e
+
+    # -- device-to-host reads -------------------------------------------------------------
+    def _maybe_data_read(self, func, args, kwargs):
+        if func is aten._local_scalar_dense.default:
+            self.sim.on_data_read(args[0], blocking=True, what=".item()")
+            return data_reads.placeholder_scalar(args[0])
+        if func is aten._to_copy.default and isinstance(args[0], FakeTensor) \
+                and _wants_cpu(kwargs.get("device")) and args[0].device.type == "cuda":
+            src = args[0]
+            self.sim.on_data_read(src, blocking=not kwargs.get("non_blocking", False),
+                                  what="a device-to-host copy (.cpu() / .to('cpu'))")
+            return data_reads.placeholder_cpu_tensor(src, kwargs.get("dtype"))
+        if func is aten.copy_.default and not isinstance(args[0], FakeTensor) \
+                and isinstance(args[1], FakeTensor) and args[1].device.type == "cuda":
+            dst, src = args[0], args[1]
+            self.sim.on_data_read(src, blocking=not (len(args) > 2 and args[2]),
+                                  what="a device-to-host copy_()")
+            with torch._subclasses.fake_tensor.unset_fake_temporarily():
+                dst.fill_(data_reads.placeholder_scalar(src))
+            return dst
+        return _NOT_A_READ
+
+
+def _wants_cpu(device: Any) -> bool:
+    if device is None:
+        return False
+    return (device.type if isinstance(device, torch.device) else str(device)) == "cpu"
+
+
+_NOT_A_READ = object()
+_copy_hoop_holder(PhantomMode)

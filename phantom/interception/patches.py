@@ -1,0 +1,85 @@
+"""Small patches to torch itself that simulation needs, each with the reason.
+
+These are not framework adapters (those live in phantom/adapters, one module a framework):
+they fix places where torch's own code assumes a real device.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+import warnings
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.utils
+
+if TYPE_CHECKING:
+    from phantom.context import Simulation
+
+
+class _WeakrefForSwap:
+    """torch.utils.swap_tensors refuses tensors that have weakrefs. `Module._apply` (behind
+    `.to(dtype)`, `.half()`, `.bfloat16()`, `.cuda()`) swaps FakeTensor parameters, and every
+    fake CUDA tensor has weakrefs: FakeTensorMode's memo and phantom's storage finalizer.
+    Both are keyed so that a swap cannot corrupt them (the memo maps meta tensors that stay
+    put; phantom's holders are exchanged in `swap_tensors` below), so the check is skipped
+    for fake tensors only."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(weakref, name)
+
+    @staticmethod
+    def getweakrefs(obj: Any) -> list:
+        from torch._subclasses.fake_tensor import FakeTensor
+
+        return [] if isinstance(obj, FakeTensor) else weakref.getweakrefs(obj)
+
+
+def _patch_swap_tensors() -> None:
+    original = torch.utils.swap_tensors
+    torch.utils.weakref = _WeakrefForSwap()  # the name swap_tensors looks up at call time
+
+    @functools.wraps(original)
+    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
+        h1 = t1.__dict__.get("_phantom_holder")
+        h2 = t2.__dict__.get("_phantom_holder")
+        original(t1, t2)
+        # swap_tensors exchanged the __dict__s but each object's finalizer still holds the
+        # holder it was created with: put each holder back on its object and exchange what
+        # the holders point at, so each finalizer releases the storage its object now has.
+        if h1 is not None and h2 is not None:
+            h1[0], h2[0] = h2[0], h1[0]
+            t1.__dict__["_phantom_holder"], t2.__dict__["_phantom_holder"] = h1, h2
+
+    torch.utils.swap_tensors = swap_tensors
+
+
+def _patch_compile() -> None:
+    """torch.compile needs Triton and a real device to generate kernels; phantom simulates
+    the eager program instead (compiled kernels are usually faster: README, Limitations)."""
+
+    def compile(model: Any = None, **kwargs: Any) -> Any:
+        warnings.warn(
+            "phantom: torch.compile is not simulated; running the model eagerly "
+            "(simulated times are those of eager kernels).",
+            stacklevel=2,
+        )
+        if model is None:
+            return lambda fn: fn
+        return model
+
+    torch.compile = compile
+
+
+def _patch_optimizer_steps(sim: "Simulation") -> None:
+    """Optimizer steps mark iterations: every training loop calls one per iteration."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: sim.mark_iteration())
+
+
+def install(sim: "Simulation") -> None:
+    _patch_swap_tensors()
+    _patch_compile()
+    _patch_optimizer_steps(sim)

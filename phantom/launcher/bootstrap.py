@@ -1,0 +1,95 @@
+"""Entry point of a simulated rank process: `python -m phantom.launcher.bootstrap`.
+
+Order matters: the fake CUDA library must be loaded before torch is imported, and the
+simulation must be installed before the user's script imports anything.
+"""
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+import time
+import traceback
+
+from phantom.launcher.config import ENV_VAR, RunConfig
+
+
+def _run_target(config: RunConfig) -> None:
+    if config.module:
+        sys.argv = [config.module, *config.args]
+        sys.path.insert(0, os.getcwd())
+        runpy.run_module(config.module, run_name="__main__", alter_sys=True)
+    else:
+        script = os.path.abspath(config.script)
+        sys.argv = [config.script, *config.args]
+        sys.path.insert(0, os.path.dirname(script))
+        runpy.run_path(script, run_name="__main__")
+
+
+def _exit_code(exc: SystemExit) -> int:
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """Print the traceback as `python script.py` would: without phantom's own frames."""
+    tb = exc.__traceback__
+    while tb is not None and _is_launcher_frame(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
+
+
+def _is_launcher_frame(filename: str) -> bool:
+    return filename.endswith(("runpy.py", os.path.join("launcher", "bootstrap.py")))
+
+
+def main() -> int:
+    config = RunConfig.from_json(os.environ[ENV_VAR])
+    real_clock = time.perf_counter  # the simulation replaces time.perf_counter below
+    wall_start = real_clock()
+
+    from phantom.native import load_fake_cuda
+
+    load_fake_cuda(quiet=config.quiet)
+    import torch  # noqa: F401  (after the fake CUDA library, on purpose)
+
+    from phantom import interception
+    from phantom.context import SimOptions, Simulation
+    from phantom.hardware import get_gpu
+    from phantom.report import build_report, print_summary, write_report
+
+    gpu = get_gpu(config.gpu)
+    if config.vram_gib is not None:
+        gpu = gpu.with_memory_gib(config.vram_gib)
+    sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
+                                on_data_read=config.on_data_read, host_speed=config.host_speed,
+                                quiet=config.quiet))
+    interception.install(sim)
+
+    exit_code = 0
+    try:
+        _run_target(config)
+    except SystemExit as e:
+        exit_code = _exit_code(e)
+    except KeyboardInterrupt:
+        exit_code = 130
+    except BaseException as e:  # the script's own error: show it as Python would
+        _print_user_traceback(e)
+        exit_code = 1
+    sys.stdout.flush()
+    report = build_report(sim, config, exit_code=exit_code,
+                          wall_seconds=real_clock() - wall_start)
+    if not config.quiet:
+        print_summary(report, file=sys.stderr)
+    if config.report_path:
+        write_report(report, config.report_path)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

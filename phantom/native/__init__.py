@@ -1,0 +1,8 @@
+"""The native preload library: a fake CUDA device guard and CUDA hooks for CPU-only torch.
+
+`load_fake_cuda()` compiles `fake_cuda.cpp` against the installed torch (once, cached) and
+loads it with RTLD_GLOBAL. It must run before `import torch`.
+"""
+from phantom.native.build import NativeBuildError, load_fake_cuda, library_path
+
+__all__ = ["NativeBuildError", "load_fake_cuda", "library_path"]

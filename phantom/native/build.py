@@ -1,0 +1,111 @@
+"""Compile and load the fake CUDA preload library without importing torch.
+
+The library must be loaded before `import torch` (libtorch caches its CUDA hooks while it
+is imported), so this module finds torch's headers and libraries through importlib's
+metadata instead of importing it. Builds are cached per torch version and source hash under
+$PHANTOM_CACHE_DIR (default ~/.cache/phantom).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("fake_cuda.cpp")
+
+
+class NativeBuildError(RuntimeError):
+    pass
+
+
+def _torch_dir() -> Path:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        raise NativeBuildError(
+            "torch is not installed in this Python environment; install it with "
+            "`pip install torch==2.13.0` (the CPU build)"
+        )
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def _torch_version(torch_dir: Path) -> str:
+    version_file = torch_dir / "version.py"
+    for line in version_file.read_text().splitlines():
+        if line.startswith("__version__"):
+            return line.split("=", 1)[1].strip().strip("'\"")
+    return "unknown"
+
+
+def _cxx11_abi(torch_dir: Path) -> int:
+    # Wheels built with the new libstdc++ ABI export symbols tagged [abi:cxx11].
+    lib = torch_dir / "lib" / "libc10.so"
+    try:
+        out = subprocess.run(["nm", "-D", str(lib)], capture_output=True, text=True, check=True)
+        return 1 if "B5cxx11" in out.stdout else 0
+    except (OSError, subprocess.CalledProcessError):
+        return 1
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PHANTOM_CACHE_DIR") or Path.home() / ".cache" / "phantom"
+    return Path(root)
+
+
+def library_path() -> Path:
+    torch_dir = _torch_dir()
+    digest = hashlib.sha256(SOURCE.read_bytes() + str(torch_dir).encode()).hexdigest()[:12]
+    name = f"libphantom_fake_cuda-{_torch_version(torch_dir)}-{digest}.so"
+    return cache_dir() / name
+
+
+def _compile(target: Path) -> None:
+    torch_dir = _torch_dir()
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise NativeBuildError(
+            "no C++ compiler found: phantom builds a small native library on first use; "
+            "install g++ (e.g. `apt-get install g++`) or set CXX"
+        )
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_suffix(f".{os.getpid()}.tmp")
+    cmd = [
+        compiler, "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
+        f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_dir)}",
+        f"-I{torch_dir / 'include'}",
+        str(SOURCE), "-o", str(tmp),
+        f"-L{torch_dir / 'lib'}", "-Wl,--no-as-needed", "-lc10", "-ltorch_cpu",
+        f"-Wl,-rpath,{torch_dir / 'lib'}",
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise NativeBuildError(
+            "building phantom's fake CUDA library failed:\n"
+            + " ".join(cmd) + "\n" + result.stderr[-4000:]
+        )
+    os.replace(tmp, target)  # atomic: concurrent builds (several ranks) never see a partial file
+
+
+def build_fake_cuda(quiet: bool = True) -> Path:
+    target = library_path()
+    if not target.exists():
+        if not quiet:
+            print("phantom: building the fake CUDA library (first run only)...", file=sys.stderr)
+        _compile(target)
+    return target
+
+
+def load_fake_cuda(quiet: bool = True) -> Path:
+    """Build if needed and load the library; must be called before `import torch`."""
+    if "torch" in sys.modules:
+        raise NativeBuildError(
+            "torch was imported before phantom could install its fake CUDA device; "
+            "run the script through `phantom run` instead of importing phantom inside it"
+        )
+    path = build_fake_cuda(quiet=quiet)
+    ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+    return path

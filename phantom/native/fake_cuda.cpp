@@ -1,0 +1,117 @@
+// phantom's fake CUDA device for CPU-only builds of PyTorch.
+//
+// A CPU-only libtorch has no device guard and no hooks for DeviceType::CUDA, so
+// `tensor.to("cuda")`, `nn.Module.cuda()` and the autograd engine (which asks the
+// CUDA hooks whether the device exists) fail before any Python-level fake tensor
+// machinery can step in. This library registers both:
+//   * a DeviceGuardImpl that tracks the current device index per thread and treats
+//     streams and events as no-ops (stream semantics are simulated in Python), and
+//   * CUDAHooks that report CUDA as present with PHANTOM_DEVICE_COUNT devices.
+// It holds no memory and runs no kernels: every CUDA tensor is a FakeTensor.
+// It must be loaded with RTLD_GLOBAL before `import torch`, because libtorch caches
+// the hooks object during import.
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace phantom {
+
+static c10::DeviceIndex device_count_from_env() {
+  const char* value = std::getenv("PHANTOM_DEVICE_COUNT");
+  if (value == nullptr) return 8;
+  int n = std::atoi(value);
+  return static_cast<c10::DeviceIndex>(n > 0 ? n : 1);
+}
+
+static c10::DeviceIndex device_count() {
+  static c10::DeviceIndex count = device_count_from_env();
+  return count;
+}
+
+static thread_local c10::DeviceIndex g_current_device = 0;
+
+struct FakeCUDAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return c10::DeviceType::CUDA; }
+
+  c10::Device exchangeDevice(c10::Device d) const override {
+    c10::Device old(c10::DeviceType::CUDA, g_current_device);
+    if (d.has_index()) g_current_device = d.index();
+    return old;
+  }
+  c10::Device getDevice() const override {
+    return c10::Device(c10::DeviceType::CUDA, g_current_device);
+  }
+  void setDevice(c10::Device d) const override {
+    if (d.has_index()) g_current_device = d.index();
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.has_index()) g_current_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getDefaultStream(c10::Device d) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream getNewStream(c10::Device d, int) const override {
+    return c10::Stream(c10::Stream::DEFAULT, d);
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    return c10::Stream(c10::Stream::DEFAULT, s.device());
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return device_count(); }
+
+  // Events and streams: ordering is simulated in Python, so these are no-ops.
+  void destroyEvent(void*, const c10::DeviceIndex) const noexcept override {}
+  void record(void**, const c10::Stream&, const c10::DeviceIndex,
+              const c10::EventFlag) const override {}
+  void block(void*, const c10::Stream&) const override {}
+  bool queryEvent(void*) const override { return true; }
+  bool queryStream(const c10::Stream&) const override { return true; }
+  void synchronizeStream(const c10::Stream&) const override {}
+  void synchronizeEvent(void*) const override {}
+  void synchronizeDevice(const c10::DeviceIndex) const override {}
+  void recordDataPtrOnStream(const c10::DataPtr&, const c10::Stream&) const override {}
+};
+
+C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuardImpl)
+
+struct FakeCUDAHooks final : public at::CUDAHooksInterface {
+  explicit FakeCUDAHooks(at::CUDAHooksArgs) {}
+  void init() const override {}
+  bool isBuilt() const override { return true; }
+  bool isAvailable() const override { return true; }
+  bool hasPrimaryContext(c10::DeviceIndex) const override { return true; }
+  bool hasCUDA() const override { return true; }
+  bool hasCUDART() const override { return true; }
+  c10::DeviceIndex deviceCount() const override { return device_count(); }
+  int getNumGPUs() const override { return device_count(); }
+  c10::DeviceIndex current_device() const override { return g_current_device; }
+  c10::DeviceIndex getCurrentDevice() const override { return g_current_device; }
+  void setCurrentDevice(c10::DeviceIndex d) const override { g_current_device = d; }
+  c10::DeviceIndex exchangeDevice(c10::DeviceIndex d) const override {
+    c10::DeviceIndex old = g_current_device;
+    g_current_device = d;
+    return old;
+  }
+  c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
+    return exchangeDevice(d);
+  }
+  long versionCUDART() const override { return 12080; }
+  std::string showConfig() const override { return "phantom simulated CUDA\n"; }
+  void deviceSynchronize(c10::DeviceIndex) const override {}
+};
+
+}  // namespace phantom
+
+// libtorch creates its hooks object by the registry key "CUDAHooks".
+namespace at {
+C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", phantom::FakeCUDAHooks)
+}  // namespace at
+
+extern "C" int phantom_fake_cuda_loaded() { return 1; }

@@ -1,0 +1,105 @@
+"""Build the run report from a finished simulation, print it, write it as JSON.
+
+The JSON schema is versioned by `SCHEMA` and documented in docs/report-schema.md; add
+fields freely, but rename or remove only with a new version.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    from phantom.context import Simulation
+    from phantom.launcher.config import RunConfig
+
+SCHEMA = "phantom.run/1"
+GIB = 1024**3
+TOP_OPS = 15
+
+
+def _iteration_times_ms(sim: "Simulation") -> list[float]:
+    """GPU-completion time between consecutive optimizer steps (the first from t=0)."""
+    times, prev = [], 0.0
+    for it in sim.iterations:
+        times.append((it.gpu_done_ns - prev) / 1e6)
+        prev = it.gpu_done_ns
+    return times
+
+
+def _steady_state(times: list[float]) -> list[float]:
+    # The first iteration includes setup (model build, first allocations); drop it when
+    # there are enough iterations for the rest to speak for themselves.
+    return times[1:] if len(times) >= 3 else times
+
+
+def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
+                 wall_seconds: float) -> dict[str, Any]:
+    times = _iteration_times_ms(sim)
+    steady = _steady_state(times)
+    end_ns = max(sim.timeline.host_ns, sim.timeline.gpu_idle_ns())
+    total_gpu_ns = sum(sim.class_gpu_ns.values()) or 1.0
+    alloc = sim.allocator
+    top = sorted(sim.op_stats.items(), key=lambda kv: kv[1].gpu_ns, reverse=True)[:TOP_OPS]
+    n_iters = len(times)
+    return {
+        "schema": SCHEMA,
+        "gpu": {k: v for k, v in asdict(sim.gpu).items()},
+        "command": {"script": config.script, "module": config.module, "args": config.args},
+        "exit_code": exit_code,
+        "iterations": {
+            "count": n_iters,
+            "times_ms": times,
+            "median_ms": statistics.median(steady) if steady else None,
+            "mean_ms": statistics.fmean(steady) if steady else None,
+        },
+        "memory": {
+            "peak_allocated_bytes": alloc.max_allocated_bytes,
+            "peak_reserved_bytes": alloc.max_reserved_bytes,
+            "capacity_bytes": sim.gpu.memory_bytes,
+        },
+        "gpu_busy_fraction": sim.timeline.gpu_busy_ns / end_ns if end_ns else 0.0,
+        "simulated_seconds": end_ns / 1e9,
+        "op_classes": {
+            cls: {"gpu_ms": ns / 1e6, "share": ns / total_gpu_ns}
+            for cls, ns in sorted(sim.class_gpu_ns.items(), key=lambda kv: -kv[1])
+        },
+        "cost_sources": {src: {"gpu_ms": ns / 1e6, "share": ns / total_gpu_ns}
+                         for src, ns in sim.source_gpu_ns.items()},
+        "top_ops": [{"op": name, "calls": s.calls, "gpu_ms": s.gpu_ns / 1e6} for name, s in top],
+        "simulation": {
+            "ops_intercepted": sim.ops_intercepted,
+            "data_reads": sim.data_reads,
+            "wall_seconds": wall_seconds,
+            "ops_per_wall_second": sim.ops_intercepted / wall_seconds if wall_seconds else None,
+            "wall_seconds_per_iteration": wall_seconds / n_iters if n_iters else None,
+        },
+    }
+
+
+def print_summary(report: dict[str, Any], file: TextIO) -> None:
+    it, mem, sim = report["iterations"], report["memory"], report["simulation"]
+    median = f"{it['median_ms']:.2f} ms" if it["median_ms"] is not None else "n/a (no optimizer step)"
+    lines = [
+        "",
+        f"phantom summary ({report['gpu']['name']}, {report['gpu']['memory_bytes'] / GIB:.1f} GiB)",
+        f"  iterations         {it['count']}   median {median}",
+        f"  peak memory        {mem['peak_allocated_bytes'] / GIB:.2f} GiB allocated, "
+        f"{mem['peak_reserved_bytes'] / GIB:.2f} GiB reserved",
+        f"  GPU busy           {100 * report['gpu_busy_fraction']:.1f}% of "
+        f"{report['simulated_seconds']:.3f} s simulated",
+        "  GPU time by class  " + ", ".join(
+            f"{cls} {100 * v['share']:.1f}%" for cls, v in list(report["op_classes"].items())[:8]),
+        "  top ops            " + ", ".join(
+            f"{o['op']} {o['gpu_ms']:.1f} ms" for o in report["top_ops"][:5]),
+        f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
+        f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
+    ]
+    print("\n".join(lines), file=file, flush=True)
+
+
+def write_report(report: dict[str, Any], path: str) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2)
+        f.write("\n")
