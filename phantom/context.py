@@ -31,7 +31,13 @@ HOST_NO_KERNEL_NS = 1_000.0
 # A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
 D2H_SYNC_NS = 12_000.0
 PCIE_GBPS = 25.0  # effective pageable D2H bandwidth, GB/s
+# Host-to-device copies: pinned + non_blocking runs on the copy engine at PCIe Gen5 speed and
+# leaves the host free; a pageable copy is staged through a bounce buffer and blocks the host.
+H2D_PINNED_GBPS = 40.0
+H2D_PAGEABLE_GBPS = 20.0
+_H2D_OPS = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)
 PROGRESS_EVERY_S = 10.0
+CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
 
 
 @dataclass
@@ -53,12 +59,19 @@ class OpStats:
 class Iteration:
     host_ns: float  # host clock when the optimizer step returned
     gpu_done_ns: float  # GPU time at which all work enqueued by then finishes
+    gpu_busy_ns: float  # cumulative GPU busy time at that point
 
 
 @dataclass
 class _StreamState:
     current: dict[int, Any] = field(default_factory=dict)
     default: dict[int, Any] = field(default_factory=dict)
+
+
+def _is_pinned(t: torch.Tensor) -> bool:
+    from phantom.interception.mode import PINNED_ATTR
+
+    return bool(getattr(t, PINNED_ATTR, False))
 
 
 class Simulation:
@@ -77,9 +90,11 @@ class Simulation:
         self.data_reads = 0
         self._storages: dict[int, list] = {}  # storage key -> [block, live tensor objects]
         self._streams = _StreamState()
+        self._cublas_workspaces: dict[int, Any] = {}
         self._next_stream_id = 1
         self._real_mark = REAL_NS()
         self.wall_start_ns = self._real_mark
+        self.first_op_wall_ns: int | None = None
         self._next_progress = self._real_mark + PROGRESS_EVERY_S * 1e9
 
     # -- host time ------------------------------------------------------------------------
@@ -164,10 +179,16 @@ class Simulation:
     # -- ops ------------------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
         """Charge one simulated CUDA op: allocate its outputs, then time its kernel."""
+        if self.ops_intercepted == 0:
+            self.first_op_wall_ns = REAL_NS()
         self.ops_intercepted += 1
         stream_id = self._current_stream_id()
         self._track_outputs(out, stream_id)
+        if func in _H2D_OPS and self._is_host_to_device(func, args, kwargs, stream_id):
+            return
         cost = self.cost_model.estimate(func, args, kwargs, out)
+        if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:
+            self._allocate_cublas_workspace(stream_id)
         if cost is None:
             self.timeline.advance_host(HOST_NO_KERNEL_NS)
         else:
@@ -183,6 +204,21 @@ class Simulation:
         self.class_gpu_ns[cost.op_class] += cost.gpu_ns
         self.source_gpu_ns[cost.source] += cost.gpu_ns
 
+    def _is_host_to_device(self, func: Any, args: tuple, kwargs: dict, stream_id: int) -> bool:
+        src = args[0] if func is torch.ops.aten._to_copy.default else args[1]
+        if not isinstance(src, torch.Tensor) or src.device.type != "cpu":
+            return False
+        non_blocking = kwargs.get("non_blocking", False) or (len(args) > 2 and bool(args[2]))
+        pinned = non_blocking and _is_pinned(src)
+        nbytes = src.numel() * src.element_size()
+        copy_ns = 2_000.0 + nbytes / (H2D_PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
+        self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
+        self.class_gpu_ns["copy"] += copy_ns
+        self.source_gpu_ns["model"] += copy_ns
+        if not pinned:
+            self.timeline.synchronize_stream(stream_id)
+        return True
+
     def on_data_read(self, t: torch.Tensor, blocking: bool, what: str) -> None:
         self.data_reads += 1
         if self.options.on_data_read == "error":
@@ -190,7 +226,7 @@ class Simulation:
         stream_id = self._current_stream_id()
         nbytes = t.numel() * t.element_size()
         copy_ns = 2_000.0 + nbytes / PCIE_GBPS
-        self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS)
+        self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         if blocking:
             self.timeline.synchronize_stream(stream_id)
@@ -235,15 +271,21 @@ class Simulation:
             del self._storages[holder[0]]
             self.allocator.free(entry[0])
 
+    def _allocate_cublas_workspace(self, stream_id: int) -> None:
+        # cuBLAS takes its workspace from the caching allocator on the first GEMM of each
+        # stream and keeps it for the process lifetime (32 MiB on Hopper; measured on H100).
+        self._cublas_workspaces[stream_id] = self._malloc(CUBLAS_WORKSPACE_BYTES, stream_id)
+
     def set_memory_fraction(self, fraction: float) -> None:
         if not 0.0 < fraction <= 1.0:
             raise ValueError(f"Invalid fraction value: {fraction}. Allowed range: 0~1")
-        self.allocator.capacity_bytes = int(self.gpu.memory_bytes * fraction)
+        self.allocator.set_memory_fraction(fraction)
 
     # -- iterations -----------------------------------------------------------------------
     def mark_iteration(self) -> None:
         self.begin_op()
-        self.iterations.append(Iteration(self.timeline.host_ns, self.timeline.gpu_idle_ns()))
+        tl = self.timeline
+        self.iterations.append(Iteration(tl.host_ns, tl.gpu_idle_ns(), tl.gpu_busy_ns))
         self.end_op()
 
     def _report_progress(self) -> None:

@@ -47,13 +47,21 @@ class Event:
 
 
 class Timeline:
-    """Host clock plus streams. `host_ns` only moves forward."""
+    """Host clock plus streams. `host_ns` only moves forward.
+
+    Compute kernels share the GPU's SMs: a training kernel (GEMM, attention, a large
+    elementwise op) fills every SM, so kernels of different streams execute one after the
+    other, in launch order (`sm_free_ns`). Copy-engine transfers (`uses_sms=False`) overlap
+    with compute. Communication kernels, which use a few SMs, get their own rule in the
+    distributed engine.
+    """
 
     def __init__(self, on_kernel: Callable[[KernelRecord], None] | None = None) -> None:
         self.host_ns = 0.0
         self.streams: dict[int, Stream] = {0: Stream(0)}
         self.gpu_busy_ns = 0.0  # union of kernel time over all streams (approximate: see below)
         self._busy_until = 0.0
+        self.sm_free_ns = 0.0
         self._on_kernel = on_kernel
 
     # -- host -----------------------------------------------------------------------------
@@ -69,14 +77,18 @@ class Timeline:
 
     # -- kernels --------------------------------------------------------------------------
     def launch(self, stream_id: int, gpu_ns: float, host_ns: float, name: str = "",
-               op_class: str = "", source: str = "") -> tuple[float, float]:
+               op_class: str = "", source: str = "", uses_sms: bool = True) -> tuple[float, float]:
         """Enqueue a kernel; the host pays `host_ns` of launch cost. Returns (start, end)."""
         s = self.stream(stream_id)
         self._respect_queue_limit(s)
         self.host_ns += host_ns
         start = max(self.host_ns + LAUNCH_LATENCY_NS, s.ready_ns)
+        if uses_sms:
+            start = max(start, self.sm_free_ns)
         end = start + gpu_ns
         s.ready_ns = end
+        if uses_sms:
+            self.sm_free_ns = end
         s.pending_ends.append(end)
         self._account_busy(start, end)
         if self._on_kernel is not None:

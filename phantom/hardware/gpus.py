@@ -46,13 +46,15 @@ class GPUSpec:
         return replace(self, memory_bytes=int(gib * GIB))
 
 
-# Total memory values are what the CUDA driver reports (cudaMemGetInfo total), which is
-# slightly below the marketing capacity.
+# Total memory values are what the CUDA driver reports (cudaMemGetInfo total, which is what
+# torch.cuda.get_device_properties().total_memory returns), slightly below nvidia-smi's
+# figure. H100 and H200: measured on this project's lent GPUs (torch 2.11, driver
+# 580.159.04, 2026-11-22). A100: nvidia-smi's MiB figure (no A100 measured yet).
 _PRESETS: dict[str, GPUSpec] = {
     "H100": GPUSpec(
         name="H100",
         device_name="NVIDIA H100 80GB HBM3",
-        memory_bytes=81559 * 1024**2,
+        memory_bytes=85_017_493_504,
         bf16_tflops=989.4,
         fp16_tflops=989.4,
         fp32_tflops=66.9,
@@ -68,7 +70,7 @@ _PRESETS: dict[str, GPUSpec] = {
     "H200": GPUSpec(
         name="H200",
         device_name="NVIDIA H200",
-        memory_bytes=143771 * 1024**2,
+        memory_bytes=150_109_880_320,
         bf16_tflops=989.4,
         fp16_tflops=989.4,
         fp32_tflops=66.9,

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 def install(sim: "Simulation"):
     """Install every interception layer and enter the fake mode; returns the mode."""
-    from phantom.interception import clock, cuda_api, patches
+    from phantom.interception import attention, clock, cuda_api, data_reads, patches
     from phantom.interception.mode import PhantomMode
 
     # Constructing the mode imports torch._dynamo, which builds a map of torch's functions
@@ -22,6 +22,8 @@ def install(sim: "Simulation"):
     mode = PhantomMode(sim)
     cuda_api.install(sim)
     patches.install(sim)
+    data_reads.install_hint_sources()
+    attention.install()
     mode.__enter__()
     clock.install(sim)
     return mode

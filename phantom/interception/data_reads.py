@@ -23,13 +23,22 @@ aten = torch.ops.aten
 
 HINT_ATTR = "_phantom_value_hint"
 
-# Ops whose boolean output has a known healthy value, whatever the input.
-_HINT_SOURCES = {
-    aten.isfinite.default: True,
-    aten.isnan.default: False,
-    aten.isinf.default: False,
-    aten.isposinf.default: False,
-    aten.isneginf.default: False,
+# Finiteness checks and their healthy answers. Several of them decompose into generic
+# comparisons before reaching the dispatcher (isnan is `x != x`), so they are wrapped at
+# the torch-function level by `install_hint_sources`.
+_HEALTHY_CHECKS = {"isfinite": True, "isnan": False, "isinf": False, "isposinf": False,
+                   "isneginf": False}
+# Factories and fills whose value is known from their arguments (e.g. GradScaler's scale).
+_VALUE_SOURCES = {
+    aten.full.default: lambda args: args[1],
+    aten.fill_.Scalar: lambda args: args[1],
+    aten.ones.default: lambda args: 1,
+    aten.ones_like.default: lambda args: 1,
+    aten.zeros.default: lambda args: 0,
+    aten.zeros_like.default: lambda args: 0,
+    aten.zero_.default: lambda args: 0,
+    aten.new_ones.default: lambda args: 1,
+    aten.new_zeros.default: lambda args: 0,
 }
 # Ops that pass the hint of their first tensor argument through.
 _HINT_PASSTHROUGH = {
@@ -47,10 +56,13 @@ class DataReadError(RuntimeError):
 
 def propagate_hint(func: Any, args: tuple, out: Any) -> None:
     """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
-    if func in _HINT_SOURCES:
-        hint = _HINT_SOURCES[func]
+    if func in _VALUE_SOURCES:
+        hint = _VALUE_SOURCES[func](args)
     elif func in _HINT_PASSTHROUGH:
-        hint = getattr(args[0], HINT_ATTR, None) if args else None
+        src = args[0] if args else None
+        hint = getattr(src, HINT_ATTR, None)
+        if hint is None and func is aten._to_copy.default and _is_real_scalar(src):
+            hint = src.item()  # a real one-element CPU tensor moved to the GPU: value known
     elif func is aten.logical_not.default:
         hint = getattr(args[0], HINT_ATTR, None)
         hint = None if hint is None else not hint
@@ -67,6 +79,31 @@ def propagate_hint(func: Any, args: tuple, out: Any) -> None:
         return
     if hint is not None and isinstance(out, torch.Tensor):
         setattr(out, HINT_ATTR, hint)
+
+
+def _is_real_scalar(t: Any) -> bool:
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) \
+        and t.device.type == "cpu" and t.numel() == 1
+
+
+def _with_healthy_hint(fn: Any, healthy: bool) -> Any:
+    def check(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.device.type == "cuda":
+            setattr(out, HINT_ATTR, healthy)
+        return out
+
+    check.__name__ = getattr(fn, "__name__", "check")
+    check.__doc__ = getattr(fn, "__doc__", None)
+    return check
+
+
+def install_hint_sources() -> None:
+    for name, healthy in _HEALTHY_CHECKS.items():
+        setattr(torch, name, _with_healthy_hint(getattr(torch, name), healthy))
+        setattr(torch.Tensor, name, _with_healthy_hint(getattr(torch.Tensor, name), healthy))
 
 
 def placeholder_scalar(t: torch.Tensor) -> bool | int | float | complex:

@@ -94,9 +94,11 @@ class PhantomMode(FakeTensorMode):
         if func in _METADATA_OPS:
             return self.dispatch(func, types, args, kwargs)
         if self._depth or not _touches_cuda(args, kwargs):
-            if self._depth == 0:
-                return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
-            return self.dispatch(func, types, args, kwargs)
+            if self._depth:
+                return self.dispatch(func, types, args, kwargs)
+            if func in _PINNED_MEMORY_OPS:
+                return _PINNED_MEMORY_OPS[func](args)
+            return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
         sim = self.sim
         sim.begin_op()
         self._depth += 1
@@ -157,4 +159,22 @@ def _wants_cpu(device: Any) -> bool:
 
 
 _NOT_A_READ = object()
+
+# Page-locked host memory needs the CUDA host allocator, which a CPU-only build lacks. A
+# pinned tensor is simulated as an ordinary CPU copy tagged as pinned, so `is_pinned()`
+# answers as on a GPU machine and H2D copies from it are timed as pinned transfers.
+PINNED_ATTR = "_phantom_pinned"
+
+
+def _pin(args: tuple) -> torch.Tensor:
+    pinned = args[0].clone()
+    setattr(pinned, PINNED_ATTR, True)
+    return pinned
+
+
+_PINNED_MEMORY_OPS = {
+    aten._pin_memory.default: _pin,
+    aten.pin_memory.default: _pin,
+    aten.is_pinned.default: lambda args: bool(getattr(args[0], PINNED_ATTR, False)),
+}
 _copy_hoop_holder(PhantomMode)

@@ -1,0 +1,418 @@
+"""Fit the roofline's efficiency curves to kernel times measured by bench/kernels/measure.py.
+
+    python -m phantom.cost.calibrate bench/kernels/results/kernels_H100.json [--out phantom/cost/data/H100.json]
+
+Each group is fitted to the physics-shaped curve the estimator evaluates (the same `*_time_ns`
+functions from roofline.py), minimising the squared log error of the predicted time, so every
+row weighs by its relative error whatever its size. Parameters are bounded to physical ranges and
+searched with Nelder-Mead (pure Python: this runs anywhere phantom runs). Groups:
+  gemm       bf16 rows fit all shape parameters (tile shape chosen over a small grid); other
+             precisions refit eff_max (and k_half with enough rows); convs fit conv_scale.
+  attention  fwd and bwd separately: eff_max, s_half, d_half, wave_gamma, floor.
+  memory     one MemCurve per class, and one per op with >= 3 distinct sizes ("class:op");
+             transposing copies get "copy:permute".
+  optimizer  multi-tensor-apply ops: launches from the packing rule, per-launch floor fitted.
+  transfer   per direction and pinned/pageable: floor + bytes / bandwidth.
+Constants with no rows (e.g. fp16 when unmeasured) are carried from the closest measured group
+and say so in `notes`.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from phantom.cost.calibration import (
+    AttnCurve,
+    Calibration,
+    GemmCal,
+    GemmCurve,
+    MemCurve,
+    TransferCal,
+    calibration_path,
+    seed_calibration,
+    write_calibration,
+)
+from phantom.cost.roofline import (
+    attention_time_ns,
+    attention_work,
+    gemm_time_ns,
+    mem_time_ns,
+    mta_launches,
+)
+from phantom.hardware.gpus import GPUSpec, get_gpu
+
+Row = dict[str, Any]
+
+# (low, high, log-scale) bounds of every fitted parameter.
+BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "floor_us": (0.5, 50.0, True),
+    "mem_eff": (0.2, 1.0, False),
+    "eff_max": (0.05, 1.0, False),
+    "k_half": (1.0, 16384.0, True),
+    "wave_gamma": (0.0, 1.0, False),
+    "split_k_min": (64.0, 16384.0, True),
+    "s_half": (1.0, 16384.0, True),
+    "d_half": (0.1, 1024.0, True),
+    "bw_eff": (0.02, 1.0, False),
+    "b_sat": (1e3, 1e9, True),
+    "conv_scale": (0.05, 2.0, True),
+    "unaligned_scale": (0.02, 1.0, True),
+}
+TILES = (64, 128, 256)
+MIN_ROWS_PER_OP = 3
+
+
+# --------------------------------------------------------------------------------------
+# Optimiser
+# --------------------------------------------------------------------------------------
+def _to_param(name: str, z: float) -> float:
+    lo, hi, log = BOUNDS[name]
+    s = 1.0 / (1.0 + math.exp(-max(-60.0, min(60.0, z))))
+    return math.exp(math.log(lo) + (math.log(hi) - math.log(lo)) * s) if log else lo + (hi - lo) * s
+
+
+def _to_z(name: str, p: float) -> float:
+    lo, hi, log = BOUNDS[name]
+    s = (math.log(p) - math.log(lo)) / (math.log(hi) - math.log(lo)) if log else (p - lo) / (hi - lo)
+    s = min(max(s, 1e-6), 1 - 1e-6)
+    return math.log(s / (1 - s))
+
+
+def nelder_mead(f: Callable[[list[float]], float], x0: Sequence[float], step: float = 0.7,
+                iters: int = 1500, tol: float = 1e-12) -> tuple[list[float], float]:
+    n = len(x0)
+    pts = [list(x0)] + [[x + (step if i == j else 0.0) for j, x in enumerate(x0)] for i in range(n)]
+    vals = [f(p) for p in pts]
+    for _ in range(iters):
+        order = sorted(range(n + 1), key=vals.__getitem__)
+        pts, vals = [pts[i] for i in order], [vals[i] for i in order]
+        if vals[-1] - vals[0] < tol:
+            break
+        c = [sum(p[i] for p in pts[:-1]) / n for i in range(n)]
+        w = pts[-1]
+        xr = [ci + (ci - wi) for ci, wi in zip(c, w)]
+        fr = f(xr)
+        if fr < vals[0]:
+            xe = [ci + 2.0 * (ci - wi) for ci, wi in zip(c, w)]
+            fe = f(xe)
+            pts[-1], vals[-1] = (xe, fe) if fe < fr else (xr, fr)
+        elif fr < vals[-2]:
+            pts[-1], vals[-1] = xr, fr
+        else:
+            xc = [ci + 0.5 * (wi - ci) for ci, wi in zip(c, w)]
+            fc = f(xc)
+            if fc < vals[-1]:
+                pts[-1], vals[-1] = xc, fc
+            else:  # shrink towards the best point
+                best = pts[0]
+                pts = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, p)] for p in pts[1:]]
+                vals = [vals[0]] + [f(p) for p in pts[1:]]
+    i = min(range(n + 1), key=vals.__getitem__)
+    return pts[i], vals[i]
+
+
+def fit(names: Sequence[str], start: dict[str, float], loss: Callable[[dict[str, float]], float],
+        restarts: int = 3) -> tuple[dict[str, float], float]:
+    """Minimise loss over the named parameters within BOUNDS, from `start`."""
+    def f(z: list[float]) -> float:
+        return loss({n: _to_param(n, zi) for n, zi in zip(names, z)})
+
+    z = [_to_z(n, start[n]) for n in names]
+    best = math.inf
+    for _ in range(restarts):
+        z, val = nelder_mead(f, z)
+        if best - val < 1e-9:
+            break
+        best = val
+    return {n: _to_param(n, zi) for n, zi in zip(names, z)}, f(z)
+
+
+def sq_log_err(pred_ns: float, meas_us: float) -> float:
+    return (math.log(max(pred_ns, 1e-3) / (meas_us * 1e3))) ** 2
+
+
+def quality(pairs: list[tuple[float, float]]) -> dict[str, float]:
+    """Fit quality over (predicted ns, measured us) pairs: relative errors of predicted time."""
+    errs = sorted(abs(p / (m * 1e3) - 1.0) for p, m in pairs)
+    if not errs:
+        return {"n": 0}
+    return {"n": len(errs), "median_abs_rel_err": round(statistics.median(errs), 4),
+            "p90_abs_rel_err": round(errs[min(len(errs) - 1, int(0.9 * len(errs)))], 4),
+            "max_abs_rel_err": round(errs[-1], 4)}
+
+
+# --------------------------------------------------------------------------------------
+# GEMM
+# --------------------------------------------------------------------------------------
+def _gemm_rows(rows: list[Row], prec: str) -> list[Row]:
+    return [r for r in rows if r["class"] == "gemm" and r["dtype"] == prec]
+
+
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp8": 1}
+
+
+def _gemm_aligned(prec: str, p: dict[str, Any]) -> bool:
+    """Leading dimensions of x[M,K] @ W[N,K]^T -> [M,N] (or bmm's [B,K,N]) are K and N."""
+    esz = ELEMENT_BYTES.get(prec, 2)
+    return (p["K"] * esz) % 16 == 0 and (p["N"] * esz) % 16 == 0
+
+
+def _gemm_pred(cal: GemmCal, prec: str, gpu: GPUSpec, r: Row, eff_scale: float = 1.0) -> float:
+    p = r["params"]
+    return gemm_time_ns(cal, prec, gpu, p.get("batch", 1), p["M"], p["N"], p["K"], r["flops"], r["bytes"], eff_scale,
+                        aligned=_gemm_aligned(prec, p))
+
+
+def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str],
+             quality_out: dict[str, Any]) -> GemmCal:
+    bf16 = _gemm_rows(rows, "bf16")
+    if not bf16:
+        notes["gemm"] = "no bf16 GEMM rows: seed kept"
+        return seed
+    shape = ("eff_max", "k_half", "wave_gamma", "split_k_min", "floor_us", "mem_eff", "unaligned_scale")
+    base = seed.curves["bf16"]
+    start = {"eff_max": base.eff_max, "k_half": base.k_half, "wave_gamma": base.wave_gamma,
+             "split_k_min": base.split_k_min, "floor_us": seed.floor_us, "mem_eff": seed.mem_eff,
+             "unaligned_scale": base.unaligned_scale}
+    best: tuple[float, GemmCal] | None = None
+    for tm in TILES:
+        for tn in TILES:
+            def make(p: dict[str, float], tm: int = tm, tn: int = tn) -> GemmCal:
+                curve = GemmCurve(p["eff_max"], p["k_half"], tm, tn, p["wave_gamma"], p["split_k_min"],
+                                  p["unaligned_scale"])
+                return GemmCal(p["floor_us"], p["mem_eff"], seed.conv_scale, {"bf16": curve})
+
+            def loss(p: dict[str, float], make: Callable = make) -> float:
+                cal = make(p)
+                return sum(sq_log_err(_gemm_pred(cal, "bf16", gpu, r), r["median_us"]) for r in bf16) / len(bf16)
+
+            params, val = fit(shape, start, loss)
+            if best is None or val < best[0]:
+                best = (val, make(params))
+    assert best is not None
+    cal = best[1]
+    curves = {"bf16": cal.curves["bf16"]}
+    quality_out["gemm.bf16"] = quality([(_gemm_pred(cal, "bf16", gpu, r), r["median_us"]) for r in bf16])
+    for prec in ("fp16", "tf32", "fp32", "fp8"):
+        prows = _gemm_rows(rows, prec)
+        if not prows:
+            curves[prec] = curves["bf16"]
+            notes[f"gemm.{prec}"] = "unmeasured: bf16 curve (same fraction of this precision's peak)"
+            continue
+        names = ("eff_max", "k_half") if len(prows) >= 5 else ("eff_max",)
+
+        def loss_p(p: dict[str, float], prec: str = prec, prows: list[Row] = prows) -> float:
+            c = replace(curves["bf16"], **p)
+            trial = replace(cal, curves={prec: c})
+            return sum(sq_log_err(_gemm_pred(trial, prec, gpu, r), r["median_us"]) for r in prows) / len(prows)
+
+        params, _ = fit(names, {"eff_max": curves["bf16"].eff_max, "k_half": curves["bf16"].k_half}, loss_p)
+        curves[prec] = replace(curves["bf16"], **params)
+        trial = replace(cal, curves={prec: curves[prec]})
+        quality_out[f"gemm.{prec}"] = quality([(_gemm_pred(trial, prec, gpu, r), r["median_us"]) for r in prows])
+    cal = replace(cal, curves=curves)
+    return replace(cal, conv_scale=fit_conv_scale(rows, gpu, cal, notes, quality_out))
+
+
+def fit_conv_scale(rows: list[Row], gpu: GPUSpec, cal: GemmCal, notes: dict[str, str],
+                   quality_out: dict[str, Any]) -> float:
+    convs = [r for r in rows if r["class"] == "conv" and r["dtype"] == "bf16"]
+    if not convs:
+        notes["gemm.conv_scale"] = "no conv rows: seed kept"
+        return cal.conv_scale
+
+    def pred(r: Row, scale: float) -> float:
+        p = r["params"]
+        m = p["N"] * p["Ho"] * p["Ho"]
+        return gemm_time_ns(cal, "bf16", gpu, 1, m, p["K"], p["C"] * p["R"] ** 2, r["flops"], r["bytes"], scale)
+
+    params, _ = fit(("conv_scale",), {"conv_scale": cal.conv_scale},
+                    lambda p: sum(sq_log_err(pred(r, p["conv_scale"]), r["median_us"]) for r in convs) / len(convs))
+    quality_out["conv"] = quality([(pred(r, params["conv_scale"]), r["median_us"]) for r in convs])
+    return params["conv_scale"]
+
+
+# --------------------------------------------------------------------------------------
+# Attention
+# --------------------------------------------------------------------------------------
+def _attn_pred(curve: AttnCurve, gpu: GPUSpec, r: Row) -> float:
+    p = r["params"]
+    _, work = attention_work(p["B"], p["Hq"], p["Sq"], p["Sk"], p["D"], p["D"], p["causal"], p["bwd"])
+    return attention_time_ns(curve, gpu, r["dtype"], p["B"], p["Hq"], p["Sq"], p["Sk"], p["D"], p["causal"],
+                             p["bwd"], work, r["bytes"])
+
+
+def fit_attention(rows: list[Row], gpu: GPUSpec, seed: AttnCurve, bwd: bool, mem_eff: float,
+                  quality_out: dict[str, Any]) -> AttnCurve | None:
+    arows = [r for r in rows if r["class"] == "attention" and bool(r["params"].get("bwd")) == bwd]
+    if not arows:
+        return None
+    names = ("eff_max", "s_half", "d_half", "wave_gamma", "floor_us")
+    start = {n: getattr(seed, n) for n in names}
+
+    def loss(p: dict[str, float]) -> float:
+        c = replace(seed, mem_eff=mem_eff, **p)
+        return sum(sq_log_err(_attn_pred(c, gpu, r), r["median_us"]) for r in arows) / len(arows)
+
+    params, _ = fit(names, start, loss)
+    curve = replace(seed, mem_eff=mem_eff, **params)
+    quality_out["attention.bwd" if bwd else "attention.fwd"] = quality(
+        [(_attn_pred(curve, gpu, r), r["median_us"]) for r in arows])
+    return curve
+
+
+# --------------------------------------------------------------------------------------
+# Memory-bound classes and multi-tensor apply
+# --------------------------------------------------------------------------------------
+MEM_CLASSES = ("elementwise", "reduction", "norm", "softmax", "loss", "embedding", "copy", "random", "other")
+
+
+def _mem_key(r: Row) -> str:
+    if r["class"] == "copy" and r["params"].get("transposed"):
+        return "permute"
+    return r["op"]
+
+
+def _launches(r: Row) -> int:
+    p = r["params"]
+    numels = p.get("tensor_numels") or [p["numel"] // max(1, p.get("n_tensors", 1))] * p.get("n_tensors", 1)
+    n = mta_launches(numels, p.get("depth", 1))
+    return n + (1 if r["op"] in ("_foreach_norm", "_foreach_max") else 0)
+
+
+def fit_mem_curve(rs: list[Row], gpu: GPUSpec, start: MemCurve, mta: bool) -> MemCurve:
+    def pred(c: MemCurve, r: Row) -> float:
+        return mem_time_ns(c, gpu, r["bytes"], launches=_launches(r) if mta else 1)
+
+    def loss(p: dict[str, float]) -> float:
+        c = MemCurve(**p)
+        return sum(sq_log_err(pred(c, r), r["median_us"]) for r in rs) / len(rs)
+
+    params, _ = fit(("floor_us", "bw_eff", "b_sat"), {"floor_us": start.floor_us, "bw_eff": start.bw_eff,
+                                                      "b_sat": start.b_sat}, loss)
+    return MemCurve(**params)
+
+
+def fit_memory(rows: list[Row], gpu: GPUSpec, seed: MemCurve, notes: dict[str, str],
+               quality_out: dict[str, Any]) -> dict[str, MemCurve]:
+    curves: dict[str, MemCurve] = {}
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    groups: list[tuple[str, str, bool]] = [(c, c, False) for c in MEM_CLASSES] + [("optimizer", "optimizer", True)]
+    for cls, key, mta in groups:
+        rs = [r for r in rows if r["class"] == cls]
+        if not rs:
+            continue
+        curves[key] = fit_mem_curve(rs, gpu, seed, mta)
+        by_op: dict[str, list[Row]] = {}
+        for r in rs:
+            by_op.setdefault(_mem_key(r), []).append(r)
+        for op, ors in by_op.items():
+            sizes = {r["bytes"] for r in ors}
+            curve = curves[key]
+            if len(sizes) >= MIN_ROWS_PER_OP:
+                curve = curves[f"{cls}:{op}"] = fit_mem_curve(ors, gpu, curves[key], mta)
+            for r in ors:
+                pred = mem_time_ns(curve, gpu, r["bytes"], launches=_launches(r) if mta else 1)
+                pairs.setdefault(cls, []).append((pred, r["median_us"]))
+    for cls, ps in pairs.items():
+        quality_out[f"memory.{cls}"] = quality(ps)
+    for cls in MEM_CLASSES + ("optimizer",):
+        if cls not in curves:
+            curves[cls] = curves.get("elementwise", seed)
+            notes[f"memory.{cls}"] = "unmeasured: elementwise curve"
+    return curves
+
+
+# --------------------------------------------------------------------------------------
+# Transfers
+# --------------------------------------------------------------------------------------
+def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y over x."""
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else my / mx
+    return my - slope * mx, slope
+
+
+def fit_transfer(rows: list[Row], seed: TransferCal, quality_out: dict[str, Any]) -> TransferCal:
+    gbps: dict[str, float] = {}
+    floors: list[float] = []
+    for op in ("h2d", "d2h"):
+        for pinned in (True, False):
+            pts = [(r["bytes"], r["median_us"]) for r in rows
+                   if r["class"] == "transfer" and r["op"] == op and bool(r["params"].get("pinned")) == pinned]
+            if len(pts) < 2:
+                continue
+            intercept, slope_us_per_byte = _line(pts)
+            gbps[f"{op}_{'pinned' if pinned else 'pageable'}_gbps"] = 1e-3 / slope_us_per_byte
+            if pinned:
+                floors.append(max(intercept, 0.5))
+    cal = replace(seed, **gbps, **({"floor_us": statistics.median(floors)} if floors else {}))
+    from phantom.cost.roofline import transfer_time_ns
+    quality_out["transfer"] = quality([
+        (transfer_time_ns(cal, r["bytes"], r["op"] == "h2d", bool(r["params"].get("pinned"))), r["median_us"])
+        for r in rows if r["class"] == "transfer"])
+    return cal
+
+
+# --------------------------------------------------------------------------------------
+# Driver
+# --------------------------------------------------------------------------------------
+def calibrate(measured: dict[str, Any], gpu: GPUSpec | None = None) -> Calibration:
+    meta, rows = measured["meta"], measured["rows"]
+    gpu = gpu or get_gpu(meta["gpu"])
+    seed = seed_calibration()
+    notes: dict[str, str] = {}
+    q: dict[str, Any] = {}
+    gemm = fit_gemm(rows, gpu, seed.gemm, notes, q)
+    attn_fwd = fit_attention(rows, gpu, seed.attn_fwd, False, gemm.mem_eff, q) or seed.attn_fwd
+    attn_bwd = fit_attention(rows, gpu, seed.attn_bwd, True, gemm.mem_eff, q) or seed.attn_bwd
+    memory = fit_memory(rows, gpu, seed.memory["copy"], notes, q)
+    transfer = fit_transfer(rows, seed.transfer, q)
+    source = (f"bench/kernels/measure.py on {meta['device_name']} (driver {meta['driver']}, torch {meta['torch']}, "
+              f"CUDA {meta['cuda']}, {meta['date']}), {len(rows)} rows; fitted by phantom.cost.calibrate")
+    notes.setdefault("all", "fitted to the measured rows (squared log error); see fit for residuals")
+    return Calibration(gpu=gpu.name, origin="measured", source=source, gemm=gemm, attn_fwd=attn_fwd,
+                       attn_bwd=attn_bwd, memory=memory, transfer=transfer, notes=notes, fit=q)
+
+
+def _round(cal: Calibration) -> Calibration:
+    """Round constants to 4 significant digits so the JSON stays readable and diffs stay small."""
+    def r(x: float) -> float:
+        return float(f"{x:.4g}")
+
+    def rc(obj: Any) -> Any:
+        return replace(obj, **{k: r(v) for k, v in obj.__dict__.items() if isinstance(v, float)})
+
+    gemm = replace(rc(cal.gemm), curves={k: rc(v) for k, v in cal.gemm.curves.items()})
+    return replace(cal, gemm=gemm, attn_fwd=rc(cal.attn_fwd), attn_bwd=rc(cal.attn_bwd),
+                   memory={k: rc(v) for k, v in cal.memory.items()}, transfer=rc(cal.transfer))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import json
+
+    ap = argparse.ArgumentParser(description="fit phantom's roofline calibration to measured kernel times")
+    ap.add_argument("measured", type=Path, help="JSON written by bench/kernels/measure.py")
+    ap.add_argument("--gpu", default=None, help="GPU preset name (default: from the file's meta)")
+    ap.add_argument("--out", type=Path, default=None, help="default phantom/cost/data/<GPU>.json")
+    args = ap.parse_args(argv)
+    measured = json.loads(args.measured.read_text())
+    gpu = get_gpu(args.gpu) if args.gpu else None
+    cal = _round(calibrate(measured, gpu))
+    out = args.out or calibration_path(cal.gpu)
+    write_calibration(cal, out)
+    print(f"wrote {out}")
+    for group, qual in cal.fit.items():
+        print(f"  {group:<22} " + " ".join(f"{k}={v}" for k, v in qual.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,282 @@
+"""Calibration constants of the roofline cost model, and how a GPU gets its set.
+
+Where the numbers live:
+  * `phantom/cost/data/<GPU>.json` — per-GPU sets fitted by `phantom.cost.calibrate` from kernel
+    times measured on that GPU by `bench/kernels/measure.py`. Each file names its measurement
+    (device, driver, torch/CUDA, date) and carries the fit quality per group.
+  * `seed_calibration()` below — the fallback used only when no measured file can be found. Every
+    seed constant names its source in `notes`; those marked "assumption" are shape parameters
+    with no public measurement, which the fit replaces.
+
+Scaling rule for a GPU without its own file (`scale_calibration`): efficiencies are fractions of
+the GPU's own datasheet peaks (GPUSpec), so they carry over unchanged; launch floors (µs) carry
+over unchanged (launch latency is a property of the driver/front-end, similar across datacenter
+parts); the bytes-in-flight scale b_sat of every memory curve scales with HBM bandwidth (Little's
+law: bytes in flight needed to saturate = bandwidth x latency) and sat_blocks with the SM count;
+SM count and peaks come from the GPUSpec at estimate time. A source of the same compute-capability major is preferred; across
+architectures the `ARCH_OVERRIDES` (public measurements) are applied on top.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from phantom.hardware.gpus import GPUSpec, UnknownGPUError, get_gpu
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+SCHEMA_VERSION = 1
+
+# GEMM precisions a calibration distinguishes (keys of GemmCal.curves).
+GEMM_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8")
+
+
+@dataclass(frozen=True)
+class GemmCurve:
+    """Achieved fraction of one precision's peak for a GEMM of shape (batch, M, N, K).
+
+    eff = eff_max * wave_util(work units over SMs) ** wave_gamma * K_eff / (K_eff + k_half)
+          * tile padding of M and N  [* unaligned_scale]
+    where work units are output tiles (tile_m x tile_n), split along K when there are fewer
+    tiles than SMs (cuBLAS split-K, slices of at least split_k_min), and K_eff is the K depth one
+    work unit walks (its pipeline fill/drain is paid once per unit). unaligned_scale applies when
+    an operand's leading dimension is not a multiple of 16 bytes: cuBLAS then cannot use its
+    TMA/tensor-core kernels (measured on H100: a 4095^3 bf16 GEMM runs 6x slower than 4096^3,
+    and so does GPT-2's 50257-wide LM head).
+    """
+
+    eff_max: float
+    k_half: float
+    tile_m: int
+    tile_n: int
+    wave_gamma: float
+    split_k_min: float
+    unaligned_scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class GemmCal:
+    floor_us: float  # launch + tail of one cuBLAS kernel
+    mem_eff: float  # fraction of HBM bandwidth a memory-bound (skinny) GEMM streams at
+    conv_scale: float  # cuDNN conv efficiency relative to a GEMM of the same implicit-GEMM shape
+    curves: dict[str, GemmCurve]
+
+
+@dataclass(frozen=True)
+class AttnCurve:
+    """Flash-attention efficiency (one direction, fwd or bwd).
+
+    eff = eff_max * wave_util(B*Hq*ceil(S_par/tile)) ** wave_gamma * L/(L + s_half) * D/(D + d_half)
+    where S_par is the parallelised sequence (Sq fwd, Sk bwd) and L the average length of the
+    inner loop (the other sequence, halved by a causal mask).
+    """
+
+    eff_max: float
+    s_half: float
+    d_half: float
+    wave_gamma: float
+    tile: int
+    floor_us: float
+    mem_eff: float
+
+
+@dataclass(frozen=True)
+class MemCurve:
+    """Memory-bound kernel: t = floor_us + bytes / (HBM * bw_eff * (1 - exp(-bytes/b_sat))).
+
+    The saturating factor is Little's law: a kernel moving few bytes cannot keep enough loads in
+    flight to reach the streaming bandwidth; b_sat is the bytes-in-flight scale. Multi-tensor-apply
+    kernels (optimizer) are costed per launch instead, with the bandwidth scaled by
+    min(1, blocks in the launch / sat_blocks): a launch of few chunks cannot fill the GPU.
+    """
+
+    floor_us: float
+    bw_eff: float
+    b_sat: float
+    sat_blocks: float = 0.0  # multi-tensor-apply only: blocks per launch that saturate HBM
+
+
+@dataclass(frozen=True)
+class TransferCal:
+    """Host<->device memcpy over PCIe: t = floor_us + bytes / bandwidth."""
+
+    floor_us: float
+    h2d_pinned_gbps: float
+    h2d_pageable_gbps: float
+    d2h_pinned_gbps: float
+    d2h_pageable_gbps: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    gpu: str  # GPUSpec.name these constants were measured on (or scaled to)
+    origin: str  # "measured", "seed", or "scaled from <GPU> (<origin>)"
+    source: str  # where the numbers came from, human-readable
+    gemm: GemmCal
+    attn_fwd: AttnCurve
+    attn_bwd: AttnCurve
+    memory: dict[str, MemCurve]  # keyed by op class, or "class:op" for an op measured on its own
+    transfer: TransferCal
+    notes: dict[str, str] = field(default_factory=dict)  # provenance per constant group
+    fit: dict[str, Any] = field(default_factory=dict)  # fit quality per group (calibrate.py)
+
+    def mem_curve(self, op_class: str, op_name: str) -> MemCurve:
+        """The op's own curve if it was measured, else its class's, else the copy curve."""
+        return (self.memory.get(f"{op_class}:{op_name}") or self.memory.get(op_class)
+                or self.memory["copy"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA_VERSION, **asdict(self)}
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> "Calibration":
+        g = d["gemm"]
+        return Calibration(
+            gpu=d["gpu"],
+            origin=d.get("origin", "measured"),
+            source=d.get("source", ""),
+            gemm=GemmCal(g["floor_us"], g["mem_eff"], g["conv_scale"],
+                         {k: GemmCurve(**v) for k, v in g["curves"].items()}),
+            attn_fwd=AttnCurve(**d["attn_fwd"]),
+            attn_bwd=AttnCurve(**d["attn_bwd"]),
+            memory={k: MemCurve(**v) for k, v in d["memory"].items()},
+            transfer=TransferCal(**d["transfer"]),
+            notes=dict(d.get("notes", {})),
+            fit=dict(d.get("fit", {})),
+        )
+
+
+# --------------------------------------------------------------------------------------
+# Seed (fallback when no measured file exists), Hopper-class, relative to H100 SXM specs.
+# --------------------------------------------------------------------------------------
+SEED_GPU = "H100"
+
+# Public measurements the seed cites.
+H100_BF16_GEMM_ACHIEVED = 798.0 / 989.4  # this workplace's H100, 8192^3 bf16 on random data (KINDS.md, 2026-11-13)
+H100_COPY_ACHIEVED = 3000.0 / 3350.0  # this workplace's H100, D2D copy ~3.0 TB/s counting read+write (KINDS.md)
+H200_COPY_ACHIEVED = 4300.0 / 4800.0  # this workplace's H200, D2D copy ~4.3 TB/s (KINDS.md): same fraction
+FA2_H100_UTILISATION = 0.35  # FlashAttention-3 paper (arXiv 2407.08608) abstract: FA2 reaches 35% of H100 peak
+LAUNCH_FLOOR_US = 2.5  # brief: ~2-3 us per kernel on H100 (back-to-back launch + tail)
+
+
+def seed_calibration() -> Calibration:
+    """Hopper seed. Built fresh on each call so no module-level mutable state exists."""
+    bf16 = GemmCurve(eff_max=H100_BF16_GEMM_ACHIEVED, k_half=128.0, tile_m=128, tile_n=128,
+                     wave_gamma=0.5, split_k_min=512.0, unaligned_scale=0.2)
+    mem = MemCurve(floor_us=LAUNCH_FLOOR_US, bw_eff=H100_COPY_ACHIEVED, b_sat=4e6, sat_blocks=132.0)
+    memory = {c: mem for c in ("copy", "elementwise", "reduction", "norm", "softmax", "loss", "embedding",
+                               "random", "optimizer", "other")}
+    attn = AttnCurve(eff_max=FA2_H100_UTILISATION / 0.8, s_half=256.0, d_half=32.0, wave_gamma=0.5, tile=128,
+                     floor_us=LAUNCH_FLOOR_US, mem_eff=H100_COPY_ACHIEVED)
+    return Calibration(
+        gpu=SEED_GPU,
+        origin="seed",
+        source="public measurements (see notes); shape parameters are assumptions until fitted",
+        gemm=GemmCal(floor_us=LAUNCH_FLOOR_US, mem_eff=H100_COPY_ACHIEVED, conv_scale=0.7,
+                     curves={"bf16": bf16, "fp16": bf16,
+                             "tf32": replace(bf16, eff_max=0.75), "fp32": replace(bf16, eff_max=0.75),
+                             "fp8": replace(bf16, eff_max=0.70)}),
+        attn_fwd=attn,
+        attn_bwd=replace(attn, eff_max=0.30 / 0.8),
+        memory=memory,
+        transfer=TransferCal(floor_us=8.0, h2d_pinned_gbps=25.0, h2d_pageable_gbps=10.0, d2h_pinned_gbps=25.0,
+                             d2h_pageable_gbps=10.0),
+        notes={
+            "gemm.bf16.eff_max": "798 TFLOP/s of 989.4 at 8192^3 on this workplace's H100 (KINDS.md); "
+                                 "ml-engineering MAMF table gives H100 SXM 792.1/989 = 80.1%",
+            "gemm.fp16": "same tensor-core rate as bf16 (H100 datasheet)",
+            "gemm.tf32/fp32/fp8.eff_max": "assumption (no public measurement at hand)",
+            "gemm shape params (k_half, tiles, wave_gamma, split_k_min), conv_scale": "assumption",
+            "gemm.unaligned_scale": "assumption (~1/5; see GemmCurve)",
+            "memory.bw_eff": "3.0 TB/s of 3.35 (H100) and 4.3 of 4.8 (H200) D2D copy on this workplace's "
+                             "machines (KINDS.md): both 0.90 of datasheet",
+            "memory.b_sat": "assumption (~1.2 us latency x 3.35 TB/s)",
+            "memory.sat_blocks": "assumption (one block per SM)",
+            "floor_us": "brief: launch floor ~2-3 us per kernel on H100",
+            "attention.eff_max": "FA3 paper abstract: FlashAttention-2 reaches 35% utilisation on H100 "
+                                 "(fwd); bwd assumed 30%; divided by the seed's size factors at D=128",
+            "transfer": "assumption (PCIe); measure.py measures it",
+        },
+    )
+
+
+# Public per-architecture numbers applied when scaling across architectures (compute-capability major).
+ARCH_OVERRIDES: dict[int, dict[str, tuple[float, str]]] = {
+    8: {
+        "gemm.bf16.eff_max": (267.9 / 312.0, "ml-engineering MAMF table: A100 SXM bf16 267.9 of 312 TFLOP/s"),
+        "gemm.fp16.eff_max": (267.9 / 312.0, "as bf16 (same tensor-core rate on A100)"),
+    },
+}
+
+
+# --------------------------------------------------------------------------------------
+# Loading and scaling
+# --------------------------------------------------------------------------------------
+def _apply_overrides(cal: Calibration, cc_major: int) -> Calibration:
+    overrides = ARCH_OVERRIDES.get(cc_major, {})
+    if not overrides:
+        return cal
+    curves = dict(cal.gemm.curves)
+    notes = dict(cal.notes)
+    for key, (value, why) in overrides.items():
+        _, prec, attr = key.split(".")
+        curves[prec] = replace(curves[prec], **{attr: value})
+        notes[key] = why
+    return replace(cal, gemm=replace(cal.gemm, curves=curves), notes=notes)
+
+
+def scale_calibration(cal: Calibration, ref: GPUSpec, gpu: GPUSpec) -> Calibration:
+    """Carry a calibration measured on `ref` over to `gpu` (rule in the module docstring)."""
+    ratio = gpu.hbm_gbps / ref.hbm_gbps
+    sm_ratio = gpu.sm_count / ref.sm_count  # blocks needed to fill the GPU scale with its SMs
+    memory = {k: replace(v, b_sat=v.b_sat * ratio, sat_blocks=v.sat_blocks * sm_ratio) for k, v in cal.memory.items()}
+    scaled = replace(cal, gpu=gpu.name, origin=f"scaled from {ref.name} ({cal.origin})", memory=memory,
+                     fit={}, notes={**cal.notes, "scaling": f"from {ref.name}: efficiencies and floors kept, "
+                                                            f"b_sat x{ratio:.3f} (HBM ratio), "
+                                                            f"sat_blocks x{sm_ratio:.3f} (SM ratio)"})
+    if gpu.compute_capability[0] != ref.compute_capability[0]:
+        scaled = _apply_overrides(scaled, gpu.compute_capability[0])
+    return scaled
+
+
+def read_calibration(path: Path) -> Calibration:
+    with open(path) as f:
+        return Calibration.from_dict(json.load(f))
+
+
+def write_calibration(cal: Calibration, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(cal.to_dict(), f, indent=1, sort_keys=False)
+        f.write("\n")
+
+
+def calibration_path(gpu_name: str, data_dir: Path | None = None) -> Path:
+    return (data_dir or DATA_DIR) / f"{gpu_name}.json"
+
+
+def _measured_files(data_dir: Path) -> list[tuple[GPUSpec, Path]]:
+    found = []
+    for path in sorted(data_dir.glob("*.json")):
+        try:
+            found.append((get_gpu(path.stem), path))
+        except UnknownGPUError:
+            continue  # a file for a GPU without a preset cannot be scaled from
+    return found
+
+
+def load_calibration(gpu: GPUSpec, data_dir: Path | None = None) -> Calibration:
+    """The GPU's own measured set, else the nearest measured set scaled to it, else the scaled seed."""
+    data_dir = data_dir or DATA_DIR
+    own = calibration_path(gpu.name, data_dir)
+    if own.exists():
+        return read_calibration(own)
+    candidates = _measured_files(data_dir) if data_dir.exists() else []
+    if candidates:
+        # Same architecture first, then the closest memory bandwidth.
+        ref, path = min(candidates, key=lambda c: (c[0].compute_capability[0] != gpu.compute_capability[0],
+                                                    abs(c[0].hbm_gbps - gpu.hbm_gbps)))
+        return scale_calibration(read_calibration(path), ref, gpu)
+    seed = seed_calibration()
+    return scale_calibration(seed, get_gpu(SEED_GPU), gpu) if gpu.name != SEED_GPU else seed

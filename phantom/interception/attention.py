@@ -1,0 +1,75 @@
+"""`F.scaled_dot_product_attention` picks the fused kernel a real GPU would run.
+
+SDPA's backend choice happens in C++ through a per-device stub that a CPU-only torch build
+has no CUDA entry for, so on fake CUDA tensors SDPA silently takes the *math* path: a
+materialised S x S score matrix, bmm + softmax. That is neither the time nor the memory of
+the real run. This wrapper applies the CUDA selection rules (torch/csrc/.../sdp_utils.cpp,
+simplified: flash for fp16/bf16 with head_dim <= 256 and no explicit mask; memory-efficient
+otherwise; math only when the user disabled the fused ones) and calls that backend's op,
+which has its own autograd formula and fake implementation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensor
+
+aten = torch.ops.aten
+_original_sdpa = F.scaled_dot_product_attention
+
+
+def _flash_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> bool:
+    head_dim = q.size(-1)
+    return (
+        torch.backends.cuda.flash_sdp_enabled()
+        and attn_mask is None
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and head_dim <= 256
+        and head_dim % 8 == 0
+        and q.dim() == 4
+        and (q.size(1) == k.size(1) or enable_gqa)
+    )
+
+
+def _efficient_ok(q: torch.Tensor, k: torch.Tensor, enable_gqa: bool) -> bool:
+    return (
+        torch.backends.cuda.mem_efficient_sdp_enabled()
+        and q.dim() == 4
+        and q.size(-1) % 8 == 0
+        and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
+        and q.size(1) == k.size(1)  # mem-efficient has no native GQA
+    )
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    if not isinstance(query, FakeTensor) or query.device.type != "cuda":
+        return _original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                              is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    if _flash_ok(query, key, attn_mask, enable_gqa):
+        # FlashAttention-2 handles grouped K/V heads natively.
+        out = aten._scaled_dot_product_flash_attention(
+            query, key, value, dropout_p, is_causal, False, scale=scale)
+        return out[0]
+    if enable_gqa and key.size(1) != query.size(1):
+        # Like torch's math/efficient fallback: repeat the K/V heads to match the queries.
+        groups = query.size(1) // key.size(1)
+        key = key.repeat_interleave(groups, dim=1)
+        value = value.repeat_interleave(groups, dim=1)
+    if _efficient_ok(query, key, False):
+        bias = attn_mask
+        if bias is not None and bias.dtype == torch.bool:
+            bias = torch.zeros_like(bias, dtype=query.dtype).masked_fill_(~bias, float("-inf"))
+        compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
+        out = aten._scaled_dot_product_efficient_attention(
+            query, key, value, bias, compute_lse, dropout_p, is_causal, scale=scale)
+        return out[0]
+    return _original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                          is_causal=is_causal, scale=scale, enable_gqa=False)
+
+
+def install() -> None:
+    F.scaled_dot_product_attention = scaled_dot_product_attention
+    torch.nn.functional.scaled_dot_product_attention = scaled_dot_product_attention

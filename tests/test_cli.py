@@ -1,0 +1,107 @@
+"""The `phantom` command's surface: presets, argument errors, process semantics."""
+from __future__ import annotations
+
+from conftest import run_phantom
+
+from phantom.cli import UsageError, parse_run_args
+from phantom.hardware import get_gpu
+from phantom.hardware.gpus import UnknownGPUError
+
+import pytest
+
+
+def test_gpus_lists_required_presets():
+    proc = run_phantom(["gpus"])
+    assert proc.returncode == 0
+    for name in ("H100", "H200", "A100", "A100-40GB"):
+        assert f"\n{name} " in proc.stdout
+    assert "989" in proc.stdout and "3350" in proc.stdout  # H100 bf16 peak, HBM GB/s
+
+
+def test_gpu_names_are_case_insensitive():
+    assert get_gpu("h200").name == "H200"
+    assert get_gpu("a100-40gb").memory_gib == pytest.approx(40.0)
+    with pytest.raises(UnknownGPUError, match="H100, H200, A100, A100-40GB"):
+        get_gpu("V100")
+
+
+def test_unknown_gpu_is_a_clear_error(tmp_path):
+    s = tmp_path / "s.py"
+    s.write_text("print('hi')\n")
+    proc = run_phantom(["run", "--gpu", "B300", str(s)])
+    assert proc.returncode == 2
+    assert "unknown GPU 'B300'" in proc.stderr and "H100" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_script_is_a_clear_error():
+    proc = run_phantom(["run", "no_such_script.py"])
+    assert proc.returncode == 2
+    assert "script not found: no_such_script.py" in proc.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "1e9"])
+def test_bad_vram_is_a_clear_error(tmp_path, value):
+    s = tmp_path / "s.py"
+    s.write_text("print('hi')\n")
+    proc = run_phantom(["run", "--vram-gib", value, str(s)])
+    assert proc.returncode == 2 and "--vram-gib must be a positive number" in proc.stderr
+
+
+def test_script_args_are_not_taken_as_phantom_options(tmp_path):
+    s = tmp_path / "s.py"
+    s.write_text("")
+    config = parse_run_args(["--gpu", "h200", "--", str(s), "--gpu", "x", "-m", "y"])
+    assert config.gpu == "h200" and config.args == ["--gpu", "x", "-m", "y"]
+    config = parse_run_args([str(s), "--steps", "3"])
+    assert config.script == str(s) and config.args == ["--steps", "3"]
+    config = parse_run_args(["-m", "pkg.mod", "--x", "1"])
+    assert config.module == "pkg.mod" and config.args == ["--x", "1"]
+
+
+def test_nproc_per_node_is_accepted_for_one_rank(tmp_path):
+    s = tmp_path / "s.py"
+    s.write_text("")
+    assert parse_run_args(["--nproc-per-node", "1", str(s)]).nproc_per_node == 1
+    with pytest.raises(UsageError, match="not implemented yet"):
+        parse_run_args(["--nproc-per-node", "8", str(s)])
+
+
+def test_argv_main_cwd_stdout_and_exit_code(run_script, tmp_path):
+    proc, _ = run_script(
+        """
+        import os, sys
+        print("argv", sys.argv[1:], __name__, os.getcwd())
+        print("to stderr", file=sys.stderr)
+        sys.exit(7)
+        """,
+        "--quiet", args=("a", "--b", "c"),
+    )
+    assert proc.returncode == 7
+    assert f"argv ['a', '--b', 'c'] __main__ {tmp_path}" in proc.stdout
+    assert "to stderr" in proc.stderr
+
+
+def test_script_exception_shows_its_traceback_and_exits_1(run_script):
+    proc, _ = run_script(
+        """
+        def inner():
+            raise ValueError("boom from the script")
+        inner()
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 1
+    assert "ValueError: boom from the script" in proc.stderr
+    assert "in inner" in proc.stderr
+    assert "bootstrap.py" not in proc.stderr and "runpy" not in proc.stderr
+
+
+def test_run_module(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import sys\nprint('module main', __name__, sys.argv[1:])\n")
+    proc = run_phantom(["run", "--quiet", "-m", "mypkg.train", "--lr", "3"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "module main __main__ ['--lr', '3']" in proc.stdout
