@@ -39,9 +39,12 @@ from phantom.cost.calibration import (
 from phantom.cost.roofline import (
     attention_time_ns,
     attention_work,
+    conv_channel_padding,
     gemm_time_ns,
     mem_time_ns,
-    mta_launches,
+    mta_launch_plan,
+    mta_time_ns,
+    transfer_time_ns,
 )
 from phantom.hardware.gpus import GPUSpec, get_gpu
 
@@ -59,11 +62,17 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "d_half": (0.1, 1024.0, True),
     "bw_eff": (0.02, 1.0, False),
     "b_sat": (1e3, 1e9, True),
+    "sat_blocks": (4.0, 4096.0, True),
+    "h2d_pinned_gbps": (0.5, 500.0, True),
+    "h2d_pageable_gbps": (0.5, 500.0, True),
+    "d2h_pinned_gbps": (0.5, 500.0, True),
+    "d2h_pageable_gbps": (0.5, 500.0, True),
     "conv_scale": (0.05, 2.0, True),
     "unaligned_scale": (0.02, 1.0, True),
 }
 TILES = (64, 128, 256)
-MIN_ROWS_PER_OP = 3
+MIN_ROWS_PER_OP = 2  # an op measured at this many sizes gets its own bandwidth
+MIN_ROWS_FULL_FIT = 4  # ... and its own floor and saturation scale from this many
 
 
 # --------------------------------------------------------------------------------------
@@ -228,7 +237,9 @@ def fit_conv_scale(rows: list[Row], gpu: GPUSpec, cal: GemmCal, notes: dict[str,
     def pred(r: Row, scale: float) -> float:
         p = r["params"]
         m = p["N"] * p["Ho"] * p["Ho"]
-        return gemm_time_ns(cal, "bf16", gpu, 1, m, p["K"], p["C"] * p["R"] ** 2, r["flops"], r["bytes"], scale)
+        pad = conv_channel_padding(p["C"], 2)
+        return gemm_time_ns(cal, "bf16", gpu, 1, m, p["K"], p["C"] * p["R"] ** 2 * pad, r["flops"] * pad, r["bytes"],
+                            scale)
 
     params, _ = fit(("conv_scale",), {"conv_scale": cal.conv_scale},
                     lambda p: sum(sq_log_err(pred(r, p["conv_scale"]), r["median_us"]) for r in convs) / len(convs))
@@ -271,30 +282,46 @@ def fit_attention(rows: list[Row], gpu: GPUSpec, seed: AttnCurve, bwd: bool, mem
 MEM_CLASSES = ("elementwise", "reduction", "norm", "softmax", "loss", "embedding", "copy", "random", "other")
 
 
+# Keys whose rows are a different regime from their class (own curve only, not in the class fit).
+SEPARATE_REGIMES = frozenset({"permute"})
+
+
 def _mem_key(r: Row) -> str:
-    if r["class"] == "copy" and r["params"].get("transposed"):
+    """The curve key the estimator will look up for this row (see roofline._copy_key)."""
+    p = r["params"]
+    if r["class"] == "copy" and p.get("transposed"):
         return "permute"
+    out_dtype = p.get("out_dtype")
+    if r["class"] == "copy" and out_dtype and out_dtype != r["dtype"]:
+        wider = ELEMENT_BYTES.get(out_dtype, 2) > ELEMENT_BYTES.get(r["dtype"], 2)
+        return f"{r['op']}.{'widen' if wider else 'narrow'}"
     return r["op"]
 
 
-def _launches(r: Row) -> int:
+def _plan(r: Row) -> list[tuple[int, int]]:
     p = r["params"]
     numels = p.get("tensor_numels") or [p["numel"] // max(1, p.get("n_tensors", 1))] * p.get("n_tensors", 1)
-    n = mta_launches(numels, p.get("depth", 1))
-    return n + (1 if r["op"] in ("_foreach_norm", "_foreach_max") else 0)
+    plan = mta_launch_plan(numels, p.get("depth", 1))
+    return plan + ([(1, 0)] if r["op"] in ("_foreach_norm", "_foreach_max") else [])
 
 
-def fit_mem_curve(rs: list[Row], gpu: GPUSpec, start: MemCurve, mta: bool) -> MemCurve:
-    def pred(c: MemCurve, r: Row) -> float:
-        return mem_time_ns(c, gpu, r["bytes"], launches=_launches(r) if mta else 1)
+def mem_pred(c: MemCurve, gpu: GPUSpec, r: Row, mta: bool) -> float:
+    return mta_time_ns(c, gpu, r["bytes"], _plan(r)) if mta else mem_time_ns(c, gpu, r["bytes"])
+
+
+def fit_mem_curve(rs: list[Row], gpu: GPUSpec, start: MemCurve, mta: bool, only_bw: bool = False) -> MemCurve:
+    """Fit floor, bandwidth and saturation scale; with only_bw, just the bandwidth (few rows)."""
+    names = ("bw_eff",) if only_bw else ("floor_us", "bw_eff", "sat_blocks") if mta else ("floor_us", "bw_eff", "b_sat")
+    base = {"floor_us": start.floor_us, "bw_eff": start.bw_eff, "b_sat": start.b_sat,
+            "sat_blocks": start.sat_blocks or float(gpu.sm_count)}
 
     def loss(p: dict[str, float]) -> float:
-        c = MemCurve(**p)
-        return sum(sq_log_err(pred(c, r), r["median_us"]) for r in rs) / len(rs)
+        c = MemCurve(**{**base, **p})
+        return sum(sq_log_err(mem_pred(c, gpu, r, mta), r["median_us"]) for r in rs) / len(rs)
 
-    params, _ = fit(("floor_us", "bw_eff", "b_sat"), {"floor_us": start.floor_us, "bw_eff": start.bw_eff,
-                                                      "b_sat": start.b_sat}, loss)
-    return MemCurve(**params)
+    params, _ = fit(names, base, loss)
+    curve = MemCurve(**{**base, **params})
+    return curve if mta else replace(curve, sat_blocks=0.0)
 
 
 def fit_memory(rows: list[Row], gpu: GPUSpec, seed: MemCurve, notes: dict[str, str],
@@ -306,18 +333,19 @@ def fit_memory(rows: list[Row], gpu: GPUSpec, seed: MemCurve, notes: dict[str, s
         rs = [r for r in rows if r["class"] == cls]
         if not rs:
             continue
-        curves[key] = fit_mem_curve(rs, gpu, seed, mta)
+        typical = [r for r in rs if _mem_key(r) not in SEPARATE_REGIMES] or rs
+        curves[key] = fit_mem_curve(typical, gpu, seed, mta)
         by_op: dict[str, list[Row]] = {}
         for r in rs:
             by_op.setdefault(_mem_key(r), []).append(r)
         for op, ors in by_op.items():
             sizes = {r["bytes"] for r in ors}
             curve = curves[key]
-            if len(sizes) >= MIN_ROWS_PER_OP:
-                curve = curves[f"{cls}:{op}"] = fit_mem_curve(ors, gpu, curves[key], mta)
+            if len(sizes) >= MIN_ROWS_PER_OP:  # few sizes: only the bandwidth is the op's own
+                curve = curves[f"{cls}:{op}"] = fit_mem_curve(ors, gpu, curves[key], mta,
+                                                              only_bw=len(sizes) < MIN_ROWS_FULL_FIT)
             for r in ors:
-                pred = mem_time_ns(curve, gpu, r["bytes"], launches=_launches(r) if mta else 1)
-                pairs.setdefault(cls, []).append((pred, r["median_us"]))
+                pairs.setdefault(cls, []).append((mem_pred(curve, gpu, r, mta), r["median_us"]))
     for cls, ps in pairs.items():
         quality_out[f"memory.{cls}"] = quality(ps)
     for cls in MEM_CLASSES + ("optimizer",):
@@ -330,34 +358,25 @@ def fit_memory(rows: list[Row], gpu: GPUSpec, seed: MemCurve, notes: dict[str, s
 # --------------------------------------------------------------------------------------
 # Transfers
 # --------------------------------------------------------------------------------------
-def _line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least-squares (intercept, slope) of y over x."""
-    n = len(points)
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx > 0 else my / mx
-    return my - slope * mx, slope
+def _transfer_pred(cal: TransferCal, r: Row) -> float:
+    return transfer_time_ns(cal, r["bytes"], r["op"] == "h2d", bool(r["params"].get("pinned")))
 
 
 def fit_transfer(rows: list[Row], seed: TransferCal, quality_out: dict[str, Any]) -> TransferCal:
-    gbps: dict[str, float] = {}
-    floors: list[float] = []
-    for op in ("h2d", "d2h"):
-        for pinned in (True, False):
-            pts = [(r["bytes"], r["median_us"]) for r in rows
-                   if r["class"] == "transfer" and r["op"] == op and bool(r["params"].get("pinned")) == pinned]
-            if len(pts) < 2:
-                continue
-            intercept, slope_us_per_byte = _line(pts)
-            gbps[f"{op}_{'pinned' if pinned else 'pageable'}_gbps"] = 1e-3 / slope_us_per_byte
-            if pinned:
-                floors.append(max(intercept, 0.5))
-    cal = replace(seed, **gbps, **({"floor_us": statistics.median(floors)} if floors else {}))
-    from phantom.cost.roofline import transfer_time_ns
-    quality_out["transfer"] = quality([
-        (transfer_time_ns(cal, r["bytes"], r["op"] == "h2d", bool(r["params"].get("pinned"))), r["median_us"])
-        for r in rows if r["class"] == "transfer"])
+    """One floor and four bandwidths (direction x pinned/pageable), in log error like the rest."""
+    trows = [r for r in rows if r["class"] == "transfer"]
+    if not trows:
+        return seed
+    names = [n for n in ("h2d_pinned_gbps", "h2d_pageable_gbps", "d2h_pinned_gbps", "d2h_pageable_gbps")
+             if any(r["op"] == n[:3] and bool(r["params"].get("pinned")) == ("_pinned" in n) for r in trows)]
+
+    def loss(p: dict[str, float]) -> float:
+        cal = replace(seed, **p)
+        return sum(sq_log_err(_transfer_pred(cal, r), r["median_us"]) for r in trows) / len(trows)
+
+    params, _ = fit(["floor_us", *names], {"floor_us": seed.floor_us, **{n: getattr(seed, n) for n in names}}, loss)
+    cal = replace(seed, **params)
+    quality_out["transfer"] = quality([(_transfer_pred(cal, r), r["median_us"]) for r in trows])
     return cal
 
 

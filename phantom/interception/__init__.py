@@ -25,5 +25,6 @@ def install(sim: "Simulation"):
     data_reads.install_hint_sources()
     attention.install()
     mode.__enter__()
+    sim.calibrate_dispatch_overhead()
     clock.install(sim)
     return mode

@@ -91,16 +91,22 @@ class PhantomMode(FakeTensorMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
         kwargs = kwargs or {}
-        if func in _METADATA_OPS:
+        sim = self.sim
+        if self._depth:
             return self.dispatch(func, types, args, kwargs)
-        if self._depth or not _touches_cuda(args, kwargs):
-            if self._depth:
+        if func in _METADATA_OPS:
+            # Reaching here cost host time a real run does not spend: account for it.
+            sim.begin_op(dispatched=True)
+            try:
                 return self.dispatch(func, types, args, kwargs)
+            finally:
+                sim.end_op()
+        if not _touches_cuda(args, kwargs):
+            sim.begin_op(dispatched=True)  # the real op's own run time stays the user's
             if func in _PINNED_MEMORY_OPS:
                 return _PINNED_MEMORY_OPS[func](args)
             return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
-        sim = self.sim
-        sim.begin_op()
+        sim.begin_op(dispatched=True)
         self._depth += 1
         try:
             read = self._maybe_data_read(func, args, kwargs)

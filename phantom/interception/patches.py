@@ -59,12 +59,16 @@ def _patch_compile() -> None:
     """torch.compile needs Triton and a real device to generate kernels; phantom simulates
     the eager program instead (compiled kernels are usually faster: README, Limitations)."""
 
+    warned = []
+
     def compile(model: Any = None, **kwargs: Any) -> Any:
-        warnings.warn(
-            "phantom: torch.compile is not simulated; running the model eagerly "
-            "(simulated times are those of eager kernels).",
-            stacklevel=2,
-        )
+        if not warned:  # once per run, however many call sites compile
+            warned.append(True)
+            warnings.warn(
+                "phantom: torch.compile is not simulated; running the model eagerly "
+                "(simulated times are those of eager kernels).",
+                stacklevel=2,
+            )
         if model is None:
             return lambda fn: fn
         return model

@@ -45,7 +45,7 @@ def _print_user_traceback(exc: BaseException) -> None:
 
 
 def _is_launcher_frame(filename: str) -> bool:
-    return filename.endswith(("runpy.py", os.path.join("launcher", "bootstrap.py")))
+    return "runpy" in filename or filename.endswith(os.path.join("launcher", "bootstrap.py"))
 
 
 def main() -> int:

@@ -1,0 +1,271 @@
+"""The fake CUDA device as a script sees it: torch.cuda API, time, memory, data reads.
+
+Each test runs a small script through `phantom run` and asserts on what it printed.
+"""
+from __future__ import annotations
+
+import pytest
+
+
+def _values(stdout: str) -> dict[str, str]:
+    """Parse `key=value` lines the scripts print."""
+    out = {}
+    for line in stdout.splitlines():
+        if "=" in line:
+            k, v = line.split("=", 1)
+            out[k.strip()] = v.strip()
+    return out
+
+
+def test_torch_cuda_api_describes_the_simulated_gpu(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        p = torch.cuda.get_device_properties(0)
+        print("available=", torch.cuda.is_available())
+        print("count=", torch.cuda.device_count())
+        print("name=", torch.cuda.get_device_name())
+        print("cc=", torch.cuda.get_device_capability())
+        print("total=", p.total_memory)
+        print("sms=", p.multi_processor_count)
+        print("bf16=", torch.cuda.is_bf16_supported())
+        print("nccl=", torch.cuda.nccl.version())
+        print("cuda=", torch.version.cuda)
+        print("accel=", torch.accelerator.current_accelerator())
+        torch.cuda.set_device(0)
+        with torch.cuda.device(0):
+            print("current=", torch.cuda.current_device())
+        torch.cuda.nvtx.range_push("x"); torch.cuda.nvtx.range_pop()
+        torch.manual_seed(0); torch.cuda.manual_seed_all(0)
+        s = torch.cuda.get_rng_state(); torch.cuda.set_rng_state(s)
+        print("rng=ok")
+        """,
+        "--gpu", "h200", "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["available"] == "True" and v["count"] == "1"
+    assert v["name"] == "NVIDIA H200" and v["cc"] == "(9, 0)"
+    assert int(v["total"]) == 150_109_880_320 and v["sms"] == "132"
+    assert v["bf16"] == "True" and v["nccl"].startswith("(2,") and v["cuda"] == "12.8"
+    assert v["accel"] == "cuda" and v["current"] == "0" and v["rng"] == "ok"
+
+
+def test_simulated_time_matches_gpu_speed(run_script):
+    """An 8192^3 bf16 GEMM takes ~1.4 ms on H100 and ~3.5x longer on A100; the host runs
+    ahead of the GPU until synchronize; events and perf_counter agree."""
+    text = """
+        import time, torch
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        for _ in range(10):
+            c = a @ a
+        end.record()
+        t_launch = time.perf_counter() - t0
+        torch.cuda.synchronize()
+        t_total = time.perf_counter() - t0
+        print("launch_ms=", t_launch * 1e3)
+        print("total_ms=", t_total * 1e3)
+        print("event_ms=", start.elapsed_time(end))
+    """
+    results = {}
+    for gpu in ("H100", "A100"):
+        proc, _ = run_script(text, "--gpu", gpu, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        results[gpu] = {k: float(v) for k, v in _values(proc.stdout).items()}
+    h100 = results["H100"]
+    per_gemm_ms = h100["event_ms"] / 10
+    assert 1.1 < per_gemm_ms < 2.2  # 1.1 TFLOP at 500-990 TFLOP/s
+    assert h100["launch_ms"] < 0.5 * h100["total_ms"]  # asynchronous launches
+    assert h100["total_ms"] == pytest.approx(h100["event_ms"], rel=0.2)
+    assert 2.5 < results["A100"]["event_ms"] / h100["event_ms"] < 4.5
+
+
+def test_memory_api_follows_the_caching_allocator(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        GiB = 1024**3
+        x = torch.empty(GiB, dtype=torch.uint8, device="cuda")
+        print("alloc1=", torch.cuda.memory_allocated())
+        y = x.view(2, -1)  # a view allocates nothing
+        print("alloc_view=", torch.cuda.memory_allocated())
+        del x, y
+        print("alloc_freed=", torch.cuda.memory_allocated())
+        print("reserved_cached=", torch.cuda.memory_reserved())
+        print("peak=", torch.cuda.max_memory_allocated())
+        torch.cuda.reset_peak_memory_stats()
+        print("peak_reset=", torch.cuda.max_memory_allocated())
+        torch.cuda.empty_cache()
+        print("reserved_empty=", torch.cuda.memory_reserved())
+        free, total = torch.cuda.mem_get_info()
+        print("free_frac=", free / total)
+        print("stats_peak=", torch.cuda.memory_stats()["allocated_bytes.all.peak"])
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = {k: float(x) for k, x in _values(proc.stdout).items()}
+    gib = 1024**3
+    assert v["alloc1"] == gib and v["alloc_view"] == gib and v["alloc_freed"] == 0
+    assert v["reserved_cached"] == gib and v["peak"] == gib and v["peak_reset"] == 0
+    assert v["reserved_empty"] == 0 and 0.95 < v["free_frac"] < 1.0
+
+
+def test_oom_raises_torch_out_of_memory_at_the_failing_allocation(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        blocks = []
+        try:
+            for i in range(100):
+                blocks.append(torch.empty(1024**3, dtype=torch.uint8, device="cuda"))
+        except torch.cuda.OutOfMemoryError as e:
+            print("oom_at=", i)
+            print("message=", str(e).splitlines()[0])
+        """,
+        "--vram-gib", "8", "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["oom_at"] == "7"  # 7 GiB fit beside the CUDA context; the 8th does not
+    assert v["message"].startswith("CUDA out of memory. Tried to allocate 1024.00 MiB.")  # PyTorch prints 1 GiB in MiB
+
+
+def test_uncaught_oom_ends_the_script_like_pytorch(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        x = torch.empty(200 * 1024**3, dtype=torch.uint8, device="cuda")
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 200.00 GiB" in proc.stderr
+
+
+def test_data_reads_return_documented_placeholders(run_script):
+    proc, report = run_script(
+        """
+        import torch
+        x = torch.randn(16, device="cuda")
+        print("float=", x.sum().item())
+        print("int=", x.long().sum().item())
+        print("finite=", torch.isfinite(x).all().item())
+        print("nan=", bool(torch.isnan(x).any()))
+        print("cpu=", x.cpu().shape, x.cpu().device)
+        print("tolist=", x[:2].tolist())
+        print("scale=", torch.full((), 1024.0, device="cuda").item())
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["float"] == "0.0" and v["int"] == "1"
+    assert v["finite"] == "True" and v["nan"] == "False"
+    assert v["cpu"] == "torch.Size([16]) cpu" and v["tolist"] == "[0.0, 0.0]"
+    assert v["scale"] == "1024.0"
+    assert report["simulation"]["data_reads"] >= 6
+
+
+def test_on_data_read_error_names_the_users_line(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        loss = torch.randn(4, device="cuda").mean()
+        if loss.item() > 0:
+            print("positive")
+        """,
+        "--on-data-read", "error", "--quiet",
+    )
+    assert proc.returncode == 1
+    assert "reads the value of a simulated CUDA tensor (.item())" in proc.stderr
+    assert "line 4" in proc.stderr and "if loss.item() > 0:" in proc.stderr
+
+
+def test_op_without_fake_implementation_is_a_clear_error(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+
+        @torch.library.custom_op("phantomtest::no_fake", mutates_args=())
+        def no_fake(x: torch.Tensor) -> torch.Tensor:
+            return x.clone()
+
+        y = no_fake(torch.randn(4, device="cuda"))
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 1
+    assert "phantomtest.no_fake" in proc.stderr or "phantomtest::no_fake" in proc.stderr
+    assert "register_fake" in proc.stderr and "script.py" in proc.stderr
+
+
+def test_torch_compile_falls_back_to_eager_with_one_warning(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        m = torch.nn.Linear(8, 8).cuda()
+        f = torch.compile(m)
+        g = torch.compile(mode="max-autotune")(lambda x: x * 2)
+        print("out=", f(torch.randn(2, 8, device="cuda")).shape, g(torch.ones(2, device="cuda")).shape)
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "out= torch.Size([2, 8]) torch.Size([2])" in proc.stdout
+    assert proc.stderr.count("torch.compile is not simulated") == 1
+
+
+def test_module_dtype_conversion_and_meta_init(run_script):
+    proc, _ = run_script(
+        """
+        import torch, torch.nn as nn
+        with torch.device("meta"):
+            m = nn.Sequential(nn.Linear(1024, 1024), nn.Linear(1024, 1024))
+        m = m.to_empty(device="cuda")
+        print("fp32=", torch.cuda.memory_allocated())
+        w = m[0].weight
+        m.bfloat16()
+        print("same_param=", w is m[0].weight, m[0].weight.dtype)
+        print("bf16=", torch.cuda.memory_allocated())
+        m.half()
+        print("dtype=", m[1].bias.dtype, m[1].weight.device)
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["same_param"] == "True torch.bfloat16"
+    assert int(v["bf16"]) < int(v["fp32"])  # the fp32 storages were released
+    assert v["dtype"] == "torch.float16 cuda:0"
+
+
+def test_streams_and_events_order_work(run_script):
+    proc, _ = run_script(
+        """
+        import torch
+        side = torch.cuda.Stream()
+        a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+        done = torch.cuda.Event(enable_timing=True)
+        begin = torch.cuda.Event(enable_timing=True)
+        begin.record()
+        with torch.cuda.stream(side):
+            for _ in range(20):
+                b = a @ a
+            done.record()
+        print("side_is_current=", torch.cuda.current_stream() == side)
+        torch.cuda.current_stream().wait_event(done)
+        end = torch.cuda.Event(enable_timing=True)
+        end.record()
+        print("waited_ms=", begin.elapsed_time(end))
+        print("side_ms=", begin.elapsed_time(done))
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["side_is_current"] == "False"
+    assert float(v["waited_ms"]) >= float(v["side_ms"]) > 20 * 0.15
