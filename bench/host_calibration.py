@@ -69,6 +69,23 @@ def eager_op_host_us(n: int = 20_000) -> dict[str, float]:
     return results
 
 
+def cpu_op_host_us(n: int = 20_000) -> float:
+    """Host microseconds per eager op on a small CPU tensor: the dispatcher and Python cost
+    without any CUDA launch. GPU op cost minus this is the CUDA launch share."""
+    import torch
+
+    x = torch.zeros(256)
+    for _ in range(200):
+        x.add_(1.0)
+    samples = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        for _ in range(n // 5):
+            x.add_(1.0)
+        samples.append((time.perf_counter() - t0) / (n // 5) * 1e6)
+    return statistics.median(samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", required=True)
@@ -80,6 +97,7 @@ def main() -> None:
         "cpu": platform.processor() or platform.machine(),
         "python": platform.python_version(),
         "python_score_s": python_score(),
+        "cpu_add_inplace_us": cpu_op_host_us(),
     }
     if not args.no_cuda:
         import torch
