@@ -257,9 +257,10 @@ def _attn_pred(curve: AttnCurve, gpu: GPUSpec, r: Row) -> float:
                              p["bwd"], work, r["bytes"])
 
 
-def fit_attention(rows: list[Row], gpu: GPUSpec, seed: AttnCurve, bwd: bool, mem_eff: float,
+def fit_attention(rows: list[Row], gpu: GPUSpec, seed: AttnCurve, backend: str, bwd: bool, mem_eff: float,
                   quality_out: dict[str, Any]) -> AttnCurve | None:
-    arows = [r for r in rows if r["class"] == "attention" and bool(r["params"].get("bwd")) == bwd]
+    arows = [r for r in rows if r["class"] == "attention" and bool(r["params"].get("bwd")) == bwd
+             and r["params"].get("backend", "flash") == backend]
     if not arows:
         return None
     names = ("eff_max", "s_half", "d_half", "wave_gamma", "floor_us")
@@ -271,7 +272,7 @@ def fit_attention(rows: list[Row], gpu: GPUSpec, seed: AttnCurve, bwd: bool, mem
 
     params, _ = fit(names, start, loss)
     curve = replace(seed, mem_eff=mem_eff, **params)
-    quality_out["attention.bwd" if bwd else "attention.fwd"] = quality(
+    quality_out[f"attention.{backend}.{'bwd' if bwd else 'fwd'}"] = quality(
         [(_attn_pred(curve, gpu, r), r["median_us"]) for r in arows])
     return curve
 
@@ -295,6 +296,10 @@ def _mem_key(r: Row) -> str:
     if r["class"] == "copy" and out_dtype and out_dtype != r["dtype"]:
         wider = ELEMENT_BYTES.get(out_dtype, 2) > ELEMENT_BYTES.get(r["dtype"], 2)
         return f"{r['op']}.{'widen' if wider else 'narrow'}"
+    if r["class"] == "reduction" and p.get("dim") == 0 and p.get("cols", 1) > 1:
+        return f"{r['op']}.outer"
+    if r["class"] == "optimizer" and r["dtype"] != "fp32":
+        return f"{r['op']}.{r['dtype']}"
     return r["op"]
 
 
@@ -390,15 +395,20 @@ def calibrate(measured: dict[str, Any], gpu: GPUSpec | None = None) -> Calibrati
     notes: dict[str, str] = {}
     q: dict[str, Any] = {}
     gemm = fit_gemm(rows, gpu, seed.gemm, notes, q)
-    attn_fwd = fit_attention(rows, gpu, seed.attn_fwd, False, gemm.mem_eff, q) or seed.attn_fwd
-    attn_bwd = fit_attention(rows, gpu, seed.attn_bwd, True, gemm.mem_eff, q) or seed.attn_bwd
+    attention = dict(seed.attention)
+    for backend in ("flash", "cudnn", "efficient"):
+        for bwd in (False, True):
+            start = seed.attn_curve("flash", bwd)
+            curve = fit_attention(rows, gpu, start, backend, bwd, gemm.mem_eff, q)
+            if curve is not None:
+                attention[f"{backend}.{'bwd' if bwd else 'fwd'}"] = curve
     memory = fit_memory(rows, gpu, seed.memory["copy"], notes, q)
     transfer = fit_transfer(rows, seed.transfer, q)
     source = (f"bench/kernels/measure.py on {meta['device_name']} (driver {meta['driver']}, torch {meta['torch']}, "
               f"CUDA {meta['cuda']}, {meta['date']}), {len(rows)} rows; fitted by phantom.cost.calibrate")
     notes.setdefault("all", "fitted to the measured rows (squared log error); see fit for residuals")
-    return Calibration(gpu=gpu.name, origin="measured", source=source, gemm=gemm, attn_fwd=attn_fwd,
-                       attn_bwd=attn_bwd, memory=memory, transfer=transfer, notes=notes, fit=q)
+    return Calibration(gpu=gpu.name, origin="measured", source=source, gemm=gemm, attention=attention,
+                       memory=memory, transfer=transfer, notes=notes, fit=q)
 
 
 def _round(cal: Calibration) -> Calibration:
@@ -410,7 +420,7 @@ def _round(cal: Calibration) -> Calibration:
         return replace(obj, **{k: r(v) for k, v in obj.__dict__.items() if isinstance(v, float)})
 
     gemm = replace(rc(cal.gemm), curves={k: rc(v) for k, v in cal.gemm.curves.items()})
-    return replace(cal, gemm=gemm, attn_fwd=rc(cal.attn_fwd), attn_bwd=rc(cal.attn_bwd),
+    return replace(cal, gemm=gemm, attention={k: rc(v) for k, v in cal.attention.items()},
                    memory={k: rc(v) for k, v in cal.memory.items()}, transfer=rc(cal.transfer))
 
 

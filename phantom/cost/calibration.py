@@ -114,17 +114,24 @@ class Calibration:
     origin: str  # "measured", "seed", or "scaled from <GPU> (<origin>)"
     source: str  # where the numbers came from, human-readable
     gemm: GemmCal
-    attn_fwd: AttnCurve
-    attn_bwd: AttnCurve
+    attention: dict[str, AttnCurve]  # "<backend>.<fwd|bwd>", backend flash / cudnn / efficient
     memory: dict[str, MemCurve]  # keyed by op class, or "class:op" for an op measured on its own
     transfer: TransferCal
     notes: dict[str, str] = field(default_factory=dict)  # provenance per constant group
     fit: dict[str, Any] = field(default_factory=dict)  # fit quality per group (calibrate.py)
 
-    def mem_curve(self, op_class: str, op_name: str) -> MemCurve:
-        """The op's own curve if it was measured, else its class's, else the copy curve."""
-        return (self.memory.get(f"{op_class}:{op_name}") or self.memory.get(op_class)
-                or self.memory["copy"])
+    def attn_curve(self, backend: str, bwd: bool) -> AttnCurve:
+        """The backend's own curve if it was measured, else flash attention's."""
+        d = "bwd" if bwd else "fwd"
+        return self.attention.get(f"{backend}.{d}") or self.attention[f"flash.{d}"]
+
+    def mem_curve(self, op_class: str, *op_keys: str) -> MemCurve:
+        """The first of the op's keys that was measured, else its class's curve, else the copy curve."""
+        for key in op_keys:
+            curve = self.memory.get(f"{op_class}:{key}")
+            if curve is not None:
+                return curve
+        return self.memory.get(op_class) or self.memory["copy"]
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": SCHEMA_VERSION, **asdict(self)}
@@ -138,8 +145,7 @@ class Calibration:
             source=d.get("source", ""),
             gemm=GemmCal(g["floor_us"], g["mem_eff"], g["conv_scale"],
                          {k: GemmCurve(**v) for k, v in g["curves"].items()}),
-            attn_fwd=AttnCurve(**d["attn_fwd"]),
-            attn_bwd=AttnCurve(**d["attn_bwd"]),
+            attention={k: AttnCurve(**v) for k, v in d["attention"].items()},
             memory={k: MemCurve(**v) for k, v in d["memory"].items()},
             transfer=TransferCal(**d["transfer"]),
             notes=dict(d.get("notes", {})),
@@ -177,8 +183,7 @@ def seed_calibration() -> Calibration:
                      curves={"bf16": bf16, "fp16": bf16,
                              "tf32": replace(bf16, eff_max=0.75), "fp32": replace(bf16, eff_max=0.75),
                              "fp8": replace(bf16, eff_max=0.70)}),
-        attn_fwd=attn,
-        attn_bwd=replace(attn, eff_max=0.30 / 0.8),
+        attention={"flash.fwd": attn, "flash.bwd": replace(attn, eff_max=0.30 / 0.8)},
         memory=memory,
         transfer=TransferCal(floor_us=8.0, h2d_pinned_gbps=25.0, h2d_pageable_gbps=10.0, d2h_pinned_gbps=25.0,
                              d2h_pageable_gbps=10.0),

@@ -394,9 +394,13 @@ _SHAPE = operator.attrgetter("shape")
 
 
 def _sig(x: Any) -> Any:
-    """Hashable signature of one argument: what the kernel's cost can depend on."""
+    """Hashable signature of one argument: what the kernel's cost can depend on.
+
+    Devices are left out (the estimate is device-agnostic); `_sig_dev` adds them for the ops
+    whose cost depends on them (host<->device copies).
+    """
     if isinstance(x, torch.Tensor):
-        return (x.shape, x.stride(), x.dtype, x.device)
+        return (x.shape, x.stride(), x.dtype)
     tx = type(x)
     if tx is float:
         return x != 0.0  # values (lr, eps, alpha) don't change the kernel; zero vs non-zero can (dropout)
@@ -404,8 +408,8 @@ def _sig(x: Any) -> Any:
         return x
     if tx is list or tx is tuple:
         if x and isinstance(x[0], torch.Tensor):
-            try:  # tensor lists (foreach): shapes of every tensor, dtype/device of the first
-                return (len(x), tuple(map(_SHAPE, x)), x[0].dtype, x[0].device)
+            try:  # tensor lists (foreach): shapes of every tensor, dtype of the first
+                return (len(x), tuple(map(_SHAPE, x)), x[0].dtype)
             except AttributeError:  # a None among tensors (index lists)
                 pass
         return tuple(_sig(v) for v in x)
@@ -414,6 +418,28 @@ def _sig(x: Any) -> Any:
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return _as_int(x) if isinstance(x, torch.SymInt) else str(x)
     return tx.__name__  # generators and other objects don't change the cost
+
+
+def _sig_args(args: tuple) -> tuple:
+    return tuple(map(_sig, args))
+
+
+def _mta_sig(args: tuple) -> tuple:
+    """Multi-tensor-apply arguments: the lists run in lockstep (same shapes), so the first tensor
+    list's shapes identify them all; the others only add their length and dtype."""
+    out: list[Any] = []
+    seen_list = False
+    for v in args:
+        if type(v) is list and v and isinstance(v[0], torch.Tensor):
+            out.append((len(v), v[0].dtype) if seen_list else _sig(v))
+            seen_list = True
+        else:
+            out.append(_sig(v))
+    return tuple(out)
+
+
+def _sig_dev(args: tuple) -> tuple:
+    return tuple(t.device.type for t in _tensors(args))
 
 
 # --------------------------------------------------------------------------------------
@@ -575,7 +601,10 @@ class RooflineCostModel:
     def _key(self, func: Any, info: OpInfo, args: tuple, kwargs: dict) -> Any:
         if info.maybe_copy:
             return None  # depends on whether the output aliases the input: recompute
-        key: tuple = (func, _sig(args), _sig(tuple(kwargs.items())) if kwargs else None)
+        sig = _mta_sig if info.mta else _sig_args
+        key: tuple = (func, sig(args), tuple((k, _sig(v)) for k, v in kwargs.items()) if kwargs else None)
+        if info.name in TRANSFER_OPS:
+            key += (_sig_dev((args, tuple(kwargs.values()) if kwargs else ())),)
         if info.tf32_sensitive and _has_fp32(key[1]):
             key += (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         return key
@@ -583,8 +612,6 @@ class RooflineCostModel:
     # ---- dispatch ----------------------------------------------------------------------
     def _estimate_uncached(self, func: Any, info: OpInfo, args: tuple, kwargs: dict, out: Any) -> KernelCost | None:
         a = _Args(info, args, kwargs)
-        if not _on_device(args, kwargs, out):
-            return None  # a CPU op launches no CUDA kernel
         if info.maybe_copy:
             src = args[0] if args else None
             if out is src or getattr(out, "_base", None) is not None:
@@ -682,7 +709,7 @@ class RooflineCostModel:
         flops, work = attention_work(b, hq, sq, sk, d, dv, causal, bwd)
         nbytes = self._io_bytes(info, a, out)
         prec = _precision(q.dtype, "attention")
-        curve = self.cal.attn_bwd if bwd else self.cal.attn_fwd
+        curve = self.cal.attn_curve(_attention_backend(info.name), bwd)
         ns = attention_time_ns(curve, self.gpu, prec, b, hq, sq, sk, d, causal, bwd, work, nbytes)
         return self._cost(ns, "attention", flops, nbytes)
 
@@ -707,7 +734,8 @@ class RooflineCostModel:
         nbytes = self._io_bytes(info, a, out)
         per_el = FUSED_ADAM_FLOPS_PER_PARAM if info.name.startswith("_fused_adam") else FLOPS_PER_ELEMENT["optimizer"]
         flops = per_el * total
-        curve = self.cal.mem_curve("optimizer", info.name)
+        dtype = lists[0][0].dtype
+        curve = self.cal.mem_curve("optimizer", f"{info.name}.{_DTYPE_NAMES.get(dtype, dtype)}", info.name)
         ns = mta_time_ns(curve, self.gpu, nbytes, plan, flops=flops)
         return self._cost(ns, info.op_class or "optimizer", flops, nbytes)
 
@@ -739,13 +767,30 @@ class RooflineCostModel:
         if largest == 0 and nbytes == 0:
             return None  # zero-element ops return before launching
         flops = FLOPS_PER_ELEMENT.get(cls, 1.0) * largest
-        curve = self.cal.mem_curve(cls, _copy_key(info.name, a, out) if cls == "copy" else info.name)
+        key = (_copy_key(info.name, a, out) if cls == "copy" else
+               _reduction_key(info.name, a) if cls == "reduction" else info.name)
+        curve = self.cal.mem_curve(cls, key, info.name)
         return self._cost(mem_time_ns(curve, self.gpu, nbytes, flops=flops), cls, flops, nbytes)
 
 
 # --------------------------------------------------------------------------------------
 # Helpers used by the model
 # --------------------------------------------------------------------------------------
+_DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+def _reduction_key(name: str, a: _Args) -> str:
+    """"<op>.outer" when the innermost (contiguous) dimension is kept: a column reduction, as in bias
+    gradients, which strides through memory and runs slower than a row reduction."""
+    x = a.args[0] if a.args and isinstance(a.args[0], torch.Tensor) else None
+    dims = a.get("dim")
+    if x is None or x.dim() < 2 or dims is None or dims == []:
+        return name
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    last = x.dim() - 1
+    return name if any(_as_int(d) % x.dim() == last for d in dims) else f"{name}.outer"
+
+
 def _copy_key(name: str, a: _Args, out: Any) -> str:
     """Curve key of a copy: "permute" when it transposes, "<op>.widen"/".narrow" when it casts."""
     if _changes_layout(a, out):
@@ -770,6 +815,14 @@ def _changes_layout(a: _Args, out: Any) -> bool:
     return False
 
 
+def _attention_backend(name: str) -> str:
+    if "cudnn" in name:
+        return "cudnn"
+    if "efficient" in name:
+        return "efficient"
+    return "flash"  # flash, and the overrideable/unknown fused kernels
+
+
 def _leading_dims_aligned(tensors: Iterable[torch.Tensor]) -> bool:
     """True if every matrix operand's leading dimension is a multiple of 16 bytes (cuBLAS fast path)."""
     for t in tensors:
@@ -786,15 +839,7 @@ def _leading_dims_aligned(tensors: Iterable[torch.Tensor]) -> bool:
 
 def _has_fp32(sig: Any) -> bool:
     for s in sig:
-        if type(s) is tuple and len(s) == 4 and s[2] is torch.float32:
-            return True
-    return False
-
-
-def _on_device(args: tuple, kwargs: dict, out: Any) -> bool:
-    """True if any tensor involved lives off the CPU (cuda, the fake cuda, meta, ...)."""
-    for t in _tensors((args, tuple(kwargs.values()) if kwargs else (), out)):
-        if t.device.type != "cpu":
+        if type(s) is tuple and len(s) == 3 and s[2] is torch.float32:
             return True
     return False
 
