@@ -14,31 +14,11 @@ import platform
 import statistics
 import subprocess
 import time
+import os
+import sys
 
-
-def python_score(repeats: int = 7) -> float:
-    """Median seconds for a fixed pure-Python workload (attribute access, calls, dicts)."""
-    class Box:
-        def __init__(self, v: int) -> None:
-            self.v = v
-
-        def step(self, d: dict) -> int:
-            d[self.v & 63] = self.v
-            return self.v + len(d)
-
-    def work() -> int:
-        d: dict = {}
-        total = 0
-        for i in range(200_000):
-            total += Box(i).step(d)
-        return total
-
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        work()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from phantom.engine.host import python_score  # noqa: E402  (the workload must be identical)
 
 
 def eager_op_host_us(n: int = 20_000) -> dict[str, float]:

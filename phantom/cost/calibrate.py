@@ -8,10 +8,14 @@ row weighs by its relative error whatever its size. Parameters are bounded to ph
 searched with Nelder-Mead (pure Python: this runs anywhere phantom runs). Groups:
   gemm       bf16 rows fit all shape parameters (tile shape chosen over a small grid); other
              precisions refit eff_max (and k_half with enough rows); convs fit conv_scale.
-  attention  fwd and bwd separately: eff_max, s_half, d_half, wave_gamma, floor.
-  memory     one MemCurve per class, and one per op with >= 3 distinct sizes ("class:op");
-             transposing copies get "copy:permute".
-  optimizer  multi-tensor-apply ops: launches from the packing rule, per-launch floor fitted.
+  attention  per backend (flash, cudnn, efficient) and direction: eff_max, s_half, d_half,
+             wave_gamma, floor.
+  memory     one MemCurve per class, and one per op key ("class:key") measured at >= 2 sizes
+             (bandwidth only) or >= 4 sizes (floor and saturation too). Keys split regimes the
+             estimator can see: "copy:permute" (transposing copies), "copy:_to_copy.widen/.narrow"
+             (casts), "reduction:sum.outer" (column reductions such as bias gradients).
+  optimizer  multi-tensor-apply ops: launches and blocks per launch from the packing rule; floor
+             per launch, bandwidth and blocks-to-saturate fitted; ".bf16" keys for bf16 lists.
   transfer   per direction and pinned/pageable: floor + bytes / bandwidth.
 Constants with no rows (e.g. fp16 when unmeasured) are carried from the closest measured group
 and say so in `notes`.

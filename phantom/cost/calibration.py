@@ -114,7 +114,7 @@ class Calibration:
     origin: str  # "measured", "seed", or "scaled from <GPU> (<origin>)"
     source: str  # where the numbers came from, human-readable
     gemm: GemmCal
-    attention: dict[str, AttnCurve]  # "<backend>.<fwd|bwd>", backend flash / cudnn / efficient
+    attention: dict[str, AttnCurve]  # "<backend>.<fwd|bwd>": flash, cudnn, efficient (flash is the fallback)
     memory: dict[str, MemCurve]  # keyed by op class, or "class:op" for an op measured on its own
     transfer: TransferCal
     notes: dict[str, str] = field(default_factory=dict)  # provenance per constant group
