@@ -567,6 +567,7 @@ class RooflineCostModel:
         self._max_cache = max_cache_entries
         self.hits = 0
         self.misses = 0
+        self.fallbacks: dict[str, int] = {}  # ops whose class handler failed on unexpected arguments
         self._handlers: dict[str, Callable[[Any, OpInfo, _Args, Any], KernelCost | None]] = {
             "gemm": self._gemm, "attention": self._attention, "conv": self._conv,
         }
@@ -620,15 +621,21 @@ class RooflineCostModel:
                 return None
         if info.name == "copy_" and len(args) > 1 and args[0] is args[1]:
             return None
-        if info.name in TRANSFER_OPS:
-            cost = self._transfer(info, a, out)
-            if cost is not None:
-                return cost
-        if info.mta:
-            return self._mta(func, info, a, out)
-        handler = self._handlers.get(info.op_class or "")
-        if handler is not None:
-            return handler(func, info, a, out)
+        outs = list(_tensors(out))
+        if outs and not info.mta and all(_numel(t) == 0 for t in outs):
+            return None  # zero-element outputs: CUDA kernels return before launching
+        try:
+            if info.name in TRANSFER_OPS:
+                cost = self._transfer(info, a, out)
+                if cost is not None:
+                    return cost
+            if info.mta:
+                return self._mta(func, info, a, out)
+            handler = self._handlers.get(info.op_class or "")
+            if handler is not None:
+                return handler(func, info, a, out)
+        except Exception:  # an argument layout the handler does not know: cost it by its bytes
+            self.fallbacks[info.name] = self.fallbacks.get(info.name, 0) + 1
         return self._memory_bound(info, a, out)
 
     # ---- bytes -------------------------------------------------------------------------

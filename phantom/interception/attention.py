@@ -3,10 +3,13 @@
 SDPA's backend choice happens in C++ through a per-device stub that a CPU-only torch build
 has no CUDA entry for, so on fake CUDA tensors SDPA silently takes the *math* path: a
 materialised S x S score matrix, bmm + softmax. That is neither the time nor the memory of
-the real run. This wrapper applies the CUDA selection rules (torch/csrc/.../sdp_utils.cpp,
-simplified: flash for fp16/bf16 with head_dim <= 256 and no explicit mask; memory-efficient
-otherwise; math only when the user disabled the fused ones) and calls that backend's op,
-which has its own autograd formula and fake implementation.
+the real run. This wrapper applies the CUDA selection rules (aten/src/ATen/native/
+transformers/cuda/sdp_utils.cpp, simplified) and calls that backend's op, which has its own
+autograd formula and fake implementation:
+- Hopper (sm90): cuDNN attention first for fp16/bf16, head_dim <= 128, equal head counts
+  (torch 2.11 on the lent H100 picked cuDNN for GPT-2 shapes: bench/kernels/);
+- then FlashAttention-2 for fp16/bf16, head_dim <= 256, no explicit mask (GQA native);
+- then memory-efficient attention (masks, fp32); math only when the user disabled the rest.
 """
 from __future__ import annotations
 
@@ -33,6 +36,21 @@ def _flash_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, enable_gqa: bool
     )
 
 
+def _cudnn_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, dropout_p: float) -> bool:
+    major = torch.cuda.get_device_capability()[0]
+    return (
+        major == 9
+        and torch.backends.cuda.cudnn_sdp_enabled()
+        and attn_mask is None
+        and dropout_p == 0.0
+        and q.dtype in (torch.float16, torch.bfloat16)
+        and q.dim() == 4
+        and q.size(-1) <= 128
+        and q.size(-1) % 8 == 0
+        and q.size(1) == k.size(1)
+    )
+
+
 def _efficient_ok(q: torch.Tensor, k: torch.Tensor, enable_gqa: bool) -> bool:
     return (
         torch.backends.cuda.mem_efficient_sdp_enabled()
@@ -48,6 +66,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not isinstance(query, FakeTensor) or query.device.type != "cuda":
         return _original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    if _cudnn_ok(query, key, attn_mask, dropout_p):
+        compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
+        out = aten._scaled_dot_product_cudnn_attention(
+            query, key, value, None, compute_lse, dropout_p, is_causal, False, scale=scale)
+        return out[0]
     if _flash_ok(query, key, attn_mask, enable_gqa):
         # FlashAttention-2 handles grouped K/V heads natively.
         out = aten._scaled_dot_product_flash_attention(
