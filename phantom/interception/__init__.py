@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 def install(sim: "Simulation"):
     """Install every interception layer and enter the fake mode; returns the mode."""
     from phantom.interception import attention, clock, cuda_api, data_reads, patches
-    from phantom.interception.mode import PhantomMode
+    from phantom.interception.mode import PhantomMode, disable_fake_tensor_torch_function
 
     # Constructing the mode imports torch._dynamo, which builds a map of torch's functions
     # once: it must see the originals, before the CUDA API is replaced.
@@ -24,6 +24,7 @@ def install(sim: "Simulation"):
     patches.install(sim)
     data_reads.install_hint_sources()
     attention.install()
+    disable_fake_tensor_torch_function()
     mode.__enter__()
     sim.calibrate_dispatch_overhead()
     clock.install(sim)

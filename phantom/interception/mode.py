@@ -184,3 +184,10 @@ _PINNED_MEMORY_OPS = {
     aten.is_pinned.default: lambda args: bool(getattr(args[0], PINNED_ATTR, False)),
 }
 _copy_hoop_holder(PhantomMode)
+
+
+def disable_fake_tensor_torch_function() -> None:
+    """FakeTensor inherits Tensor.__torch_function__, a Python-level hook that runs on every
+    torch call with a fake argument only to re-wrap results that dispatch already returns as
+    FakeTensors. Disabling it (as plain tensors have it) halves the host cost of a call."""
+    FakeTensor.__torch_function__ = torch._C._disabled_torch_function_impl
