@@ -240,11 +240,12 @@ def cmd_sim(args: argparse.Namespace) -> None:
                    SCRIPT, *c.args(args.steps, args.warmup)]
             r = run_one(cmd, args.timeout)
             report = json.loads(report_path.read_text()) if report_path.exists() else {}
-            wall = report.get("wall_seconds", report.get("wall_s", r.get("wall_s")))
+            stats = report.get("simulation", {})  # phantom's report schema: docs/report-schema.md
+            wall = stats.get("wall_seconds", r.get("wall_s"))
             rows.append({"config": c.name, "params": r.get("params", c.params()), "sim": r, "real": real.get(c.name, {}),
                          "wall_s_per_iter": wall / args.steps if wall else None,
-                         "ops_per_wall_second": report.get("ops_per_wall_second"),
-                         "ops_simulated": report.get("ops_simulated", report.get("ops")),
+                         "ops_per_wall_second": stats.get("ops_per_wall_second"),
+                         "ops_simulated": stats.get("ops_intercepted"),
                          "report": report})
             print("  ->", brief(r), flush=True)
 
