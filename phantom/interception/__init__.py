@@ -24,6 +24,9 @@ def install(sim: "Simulation"):
     patches.install(sim)
     data_reads.install_hint_sources()
     attention.install()
+    from phantom import adapters
+
+    adapters.install()
     disable_fake_tensor_torch_function()
     mode.__enter__()
     sim.calibrate_dispatch_overhead()

@@ -66,6 +66,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not isinstance(query, FakeTensor) or query.device.type != "cuda":
         return _original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    if torch.is_autocast_enabled("cuda"):
+        # SDPA is on autocast's lower-precision list: the real op casts its floating inputs
+        # before choosing a kernel. We choose above the autocast key, so cast here.
+        dtype = torch.get_autocast_dtype("cuda")
+        query, key, value = (t.to(dtype) for t in (query, key, value))
+        if attn_mask is not None and attn_mask.is_floating_point():
+            attn_mask = attn_mask.to(dtype)
     if _cudnn_ok(query, key, attn_mask, dropout_p):
         compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
         out = aten._scaled_dot_product_cudnn_attention(

@@ -381,13 +381,16 @@ class _NvtxStub:
         yield
 
 
-def _unsupported(what: str):
+def _unsupported(what: str, name: str) -> type:
+    """A class (libraries use these names in type annotations) that fails when used."""
+
     def fail(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError(
             f"phantom: {what} is not simulated. Run without it (e.g. disable CUDA graphs in the "
             f"script's config); see README 'Limitations'."
         )
-    return fail
+
+    return type(name, (), {"__init__": fail, "__doc__": f"Not simulated: {what}."})
 
 
 def install(sim: "Simulation") -> None:
@@ -465,9 +468,10 @@ def install(sim: "Simulation") -> None:
         "can_device_access_peer": lambda device, peer: True,
         "utilization": lambda device=None: 100,
         "nvtx": _NvtxStub,
-        "CUDAGraph": _unsupported("CUDA graph capture (torch.cuda.CUDAGraph)"),
-        "graph": _unsupported("CUDA graph capture (torch.cuda.graph)"),
-        "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables"),
+        "CUDAGraph": _unsupported("CUDA graph capture (torch.cuda.CUDAGraph)", "CUDAGraph"),
+        "graph": _unsupported("CUDA graph capture (torch.cuda.graph)", "graph"),
+        "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables",
+                                               "make_graphed_callables"),
     }
     module_api.update(_memory_api())
     module_api.update(_rng_api(n))
