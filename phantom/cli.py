@@ -29,10 +29,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--on-data-read", choices=("placeholder", "error"), default="placeholder",
                    help="what reading a CUDA tensor's value does (default: placeholder value)")
     p.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (1 for now)")
-    p.add_argument("--host-speed", default="auto",
-                   help="how fast this machine runs Python relative to the simulated GPU "
-                        "host: a number, or 'auto' (default: measured at start-up against "
-                        "a reference GPU host)")
+    p.add_argument("--host-speed", type=float, default=1.0,
+                   help="how fast this machine runs the script's Python relative to the "
+                        "simulated node's host CPU (default 1.0: as fast)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module like `python -m`")
     return p
 
@@ -61,19 +60,6 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     return options, []
 
 
-def _parse_host_speed(value: str) -> float | None:
-    """None means 'auto'."""
-    if value == "auto":
-        return None
-    try:
-        speed = float(value)
-    except ValueError:
-        raise UsageError(f"--host-speed must be a positive number or 'auto', got {value!r}") from None
-    if speed <= 0:
-        raise UsageError(f"--host-speed must be a positive number or 'auto', got {value!r}")
-    return speed
-
-
 def parse_run_args(argv: list[str]) -> RunConfig:
     options, target = _split_target(argv)
     args = _run_parser().parse_args(options)
@@ -89,10 +75,11 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     if args.nproc_per_node > 1:
         raise UsageError("--nproc-per-node > 1 (multi-rank runs) is not implemented yet; "
                          "run with --nproc-per-node 1")
-    host_speed = _parse_host_speed(args.host_speed)
+    if args.host_speed <= 0:
+        raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
     config = RunConfig(gpu=args.gpu, vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       nproc_per_node=args.nproc_per_node, host_speed=host_speed)
+                       nproc_per_node=args.nproc_per_node, host_speed=args.host_speed)
     if args.module:
         config.module, config.args = args.module, target
         return config

@@ -79,6 +79,26 @@ def _is_pinned(t: torch.Tensor) -> bool:
     return bool(getattr(t, PINNED_ATTR, False))
 
 
+def _calibration_step(device: str):
+    """A tiny training step on `device`, for calibrate_dispatch_overhead."""
+    import torch.nn.functional as F
+
+    lin1 = torch.nn.Linear(64, 64, device=device)
+    lin2 = torch.nn.Linear(64, 64, device=device)
+    norm = torch.nn.LayerNorm(64, device=device)
+    params = [*lin1.parameters(), *lin2.parameters(), *norm.parameters()]
+    opt = torch.optim.AdamW(params, foreach=True)
+
+    def step() -> None:
+        x = torch.randn(16, 64, device=device)
+        loss = lin2(F.gelu(norm(lin1(x)))).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
 class Simulation:
     def __init__(self, options: SimOptions) -> None:
         self.options = options
@@ -100,8 +120,10 @@ class Simulation:
         self._real_mark = REAL_NS()
         self.wall_start_ns = self._real_mark
         self.first_op_wall_ns: int | None = None
-        self.dispatch_overhead_ns = 0.0  # set by calibrate_dispatch_overhead()
+        # Simulated-host ns a handler entry costs beyond plain eager: calibrate_dispatch_overhead()
+        self.dispatch_overhead_ns = 0.0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
+        self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
         # phantom work that ran inside the user's time (storage finalizers run when the
         # script drops a tensor): taken off the next gap.
         self._hidden_overhead_ns = 0.0
@@ -116,13 +138,13 @@ class Simulation:
         does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off.
         """
         now = REAL_NS()
-        gap = now - self._real_mark - self._hidden_overhead_ns
+        # In simulated-host nanoseconds: scale by this machine's relative speed.
+        gap = (now - self._real_mark - self._hidden_overhead_ns) * self.options.host_speed
         self._hidden_overhead_ns = 0.0
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
-        gap = max(0.0, gap)
-        self.timeline.advance_host(gap / self.options.host_speed)
+        self.timeline.advance_host(max(0.0, gap))
         self._real_mark = now
 
     def end_op(self) -> None:
@@ -218,6 +240,7 @@ class Simulation:
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int) -> None:
         host_ns = HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)
+        self.launch_host_ns += host_ns
         self.timeline.launch(stream_id, cost.gpu_ns, host_ns)
         name = func.__name__ if hasattr(func, "__name__") else str(func)
         stats = self.op_stats[name]
@@ -305,43 +328,47 @@ class Simulation:
         self.allocator.set_memory_fraction(fraction)
 
     # -- calibration ----------------------------------------------------------------------
-    def calibrate_dispatch_overhead(self, repeats: int = 5, n: int = 200) -> float:
-        """Measure what reaching the handler costs per op on this machine, beyond what the
-        same op costs in plain eager mode, and forget everything the measurement did.
+    def calibrate_dispatch_overhead(self, repeats: int = 5, steps: int = 4) -> float:
+        """Measure what reaching the handler costs per entry on this machine, beyond what the
+        same program costs in plain eager mode, and forget everything the measurement did.
 
-        Runs `y = x * 2` on a fake CUDA tensor and on a real CPU tensor; the difference of
-        their host times (minimum over repeats, to shed noise), spread over the handler
-        entries the fake loop made (metadata queries included), is the overhead per entry.
-        The op makes a new tensor and drops the previous one, as most ops of a training step
-        do, so the cost of creating and freeing a fake tensor is part of what is measured.
+        Runs a small training step (linear, layer norm, GELU, loss, backward, foreach AdamW)
+        on fake CUDA tensors and on real CPU tensors of the same tiny shapes, alternately so
+        both see the same machine state; the difference of their host times (minimum over
+        repeats, to shed noise), spread over the handler entries of the fake step (metadata
+        queries included), is the overhead per entry. A whole step, rather than one op, puts
+        autograd bookkeeping and tensor creation and destruction in the measurement.
         """
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        fake = torch.zeros(64, device="cuda")
+        fake_step = _calibration_step("cuda")
         with unset_fake_temporarily():
-            real = torch.zeros(64)
+            real_step = _calibration_step("cpu")
+            real_step()  # warm both
+        fake_step()
+        speed, self.options.host_speed = self.options.host_speed, 1.0  # this machine's ns
         fake_ns, real_ns = [], []
-        speed, self.options.host_speed = self.options.host_speed, 1.0  # measure real ns
         for _ in range(repeats):
-            h0, c0, e0 = self.timeline.host_ns, self.ops_intercepted, self.dispatch_entries
-            for _ in range(n):
-                out = fake * 2.0
-            ops = self.ops_intercepted - c0
-            entries_per_op = (self.dispatch_entries - e0) / ops
-            fake_ns.append((self.timeline.host_ns - h0) / ops - HOST_KERNEL_LAUNCH_NS)
+            h0, l0, e0 = self.timeline.host_ns, self.launch_host_ns, self.dispatch_entries
+            for _ in range(steps):
+                fake_step()
+            user_ns = (self.timeline.host_ns - h0) - (self.launch_host_ns - l0)
+            entries = self.dispatch_entries - e0
+            fake_ns.append(user_ns)
             with unset_fake_temporarily():
                 t0 = REAL_NS()
-                for _ in range(n):
-                    out = real * 2.0
-                real_ns.append((REAL_NS() - t0) / n)
-        del fake, out
+                for _ in range(steps):
+                    real_step()
+                real_ns.append(REAL_NS() - t0)
         self.options.host_speed = speed
-        self.dispatch_overhead_ns = max(0.0, min(fake_ns) - min(real_ns)) / entries_per_op
+        overhead_here_ns = max(0.0, min(fake_ns) - min(real_ns)) / entries
+        self.dispatch_overhead_ns = overhead_here_ns * speed
         self._forget_calibration_work()
         return self.dispatch_overhead_ns
 
     def _forget_calibration_work(self) -> None:
         self.timeline = Timeline()
+        self.iterations.clear()
         self.op_stats.clear()
         self.class_gpu_ns.clear()
         self.source_gpu_ns.clear()

@@ -66,11 +66,8 @@ def main() -> int:
     gpu = get_gpu(config.gpu)
     if config.vram_gib is not None:
         gpu = gpu.with_memory_gib(config.vram_gib)
-    from phantom.engine.host import measure_host_speed
-
-    host_speed = config.host_speed if config.host_speed is not None else measure_host_speed()
     sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
-                                on_data_read=config.on_data_read, host_speed=host_speed,
+                                on_data_read=config.on_data_read, host_speed=config.host_speed,
                                 quiet=config.quiet))
     interception.install(sim)
 

@@ -18,7 +18,7 @@ class RunConfig:
     quiet: bool = False
     on_data_read: str = "placeholder"
     nproc_per_node: int = 1
-    host_speed: float | None = None  # None: measure at start-up (engine/host.py)
+    host_speed: float = 1.0
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
