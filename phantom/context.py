@@ -6,6 +6,7 @@ the report is built from. Interception calls into it; it calls nothing back.
 """
 from __future__ import annotations
 
+import gc
 import sys
 import time
 import weakref
@@ -363,6 +364,8 @@ class Simulation:
         self.options.host_speed = speed
         overhead_here_ns = max(0.0, min(fake_ns) - min(real_ns)) / entries
         self.dispatch_overhead_ns = overhead_here_ns * speed
+        del fake_step, real_step
+        gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
         return self.dispatch_overhead_ns
 
