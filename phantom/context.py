@@ -18,6 +18,7 @@ import torch
 
 from phantom.cost import KernelCost, RooflineCostModel
 from phantom.engine import Event, Timeline
+from phantom.engine.host import HostSpeedNormalizer
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -43,6 +44,8 @@ H2D_PINNED_GBPS = 40.0
 H2D_PAGEABLE_GBPS = 20.0
 _H2D_OPS = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)
 PROGRESS_EVERY_S = 10.0
+# Re-measure this machine's current speed every this many handler exits (~1 ms each).
+SPEED_SAMPLE_EVERY_OPS = 2_000
 CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
 
 
@@ -125,6 +128,11 @@ class Simulation:
         self.dispatch_overhead_ns = 0.0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
+        from phantom.native.build import cache_dir
+
+        self._speed = HostSpeedNormalizer(cache_dir())
+        self._gap_scale = self._speed.factor * options.host_speed
+        self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         # phantom work that ran inside the user's time (storage finalizers run when the
         # script drops a tensor): taken off the next gap.
         self._hidden_overhead_ns = 0.0
@@ -139,8 +147,9 @@ class Simulation:
         does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off.
         """
         now = REAL_NS()
-        # In simulated-host nanoseconds: scale by this machine's relative speed.
-        gap = (now - self._real_mark - self._hidden_overhead_ns) * self.options.host_speed
+        # In simulated-host nanoseconds: this machine at its best observed speed, scaled by
+        # how fast it is relative to the simulated host.
+        gap = (now - self._real_mark - self._hidden_overhead_ns) * self._gap_scale
         self._hidden_overhead_ns = 0.0
         if dispatched:
             self.dispatch_entries += 1
@@ -150,9 +159,16 @@ class Simulation:
 
     def end_op(self) -> None:
         """Leaving phantom: our own overhead up to here is not the user's time."""
+        self._ops_until_speed_sample -= 1
+        if self._ops_until_speed_sample <= 0:
+            self._sample_host_speed()
         self._real_mark = REAL_NS()
         if self._real_mark >= self._next_progress:
             self._report_progress()
+
+    def _sample_host_speed(self) -> None:
+        self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
+        self._gap_scale = self._speed.sample() * self.options.host_speed
 
     def host_now_ns(self) -> float:
         self.begin_op()
@@ -347,7 +363,8 @@ class Simulation:
             real_step = _calibration_step("cpu")
             real_step()  # warm both
         fake_step()
-        speed, self.options.host_speed = self.options.host_speed, 1.0  # this machine's ns
+        self._gap_scale = 1.0  # measure in this machine's raw ns
+        self._ops_until_speed_sample = 1 << 30  # and do not re-sample in the middle
         fake_ns, real_ns = [], []
         for _ in range(repeats):
             h0, l0, e0 = self.timeline.host_ns, self.launch_host_ns, self.dispatch_entries
@@ -361,9 +378,9 @@ class Simulation:
                 for _ in range(steps):
                     real_step()
                 real_ns.append(REAL_NS() - t0)
-        self.options.host_speed = speed
         overhead_here_ns = max(0.0, min(fake_ns) - min(real_ns)) / entries
-        self.dispatch_overhead_ns = overhead_here_ns * speed
+        self._sample_host_speed()
+        self.dispatch_overhead_ns = overhead_here_ns * self._gap_scale
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()

@@ -67,7 +67,7 @@ def _touches_cuda(args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _copy_hoop_holder(cls: type) -> None:
+def _share_higher_order_op_rules(cls: type) -> None:
     """Higher-order ops register their fake rules on the exact FakeTensorMode class; a
     subclass would miss them (e.g. DTensor's run_dtensor_rng_op), so share the rules."""
     from torch._ops import _higher_order_ops
@@ -183,7 +183,7 @@ _PINNED_MEMORY_OPS = {
     aten.pin_memory.default: _pin,
     aten.is_pinned.default: lambda args: bool(getattr(args[0], PINNED_ATTR, False)),
 }
-_copy_hoop_holder(PhantomMode)
+_share_higher_order_op_rules(PhantomMode)
 
 
 def disable_fake_tensor_torch_function() -> None:
