@@ -43,8 +43,9 @@ def test_gpt_training_script(tmp_path, ac):
     assert all(float(i[1]) == 0.0 for i in iters)  # the loss read is the documented placeholder
     # 124M params in fp32 with AdamW: 16 bytes/param = 1.86 GiB before activations.
     assert 2.0 < summary["peak_alloc_gib"] < 8.0
-    # 6*N*T flops per step at a plausible fraction of the H100's 989 TFLOP/s.
-    assert 0.15 < summary["mfu"] < 0.7
+    # 6*N*T flops per step at a plausible fraction of the H100's 989 TFLOP/s (a step this
+    # small is partly host-bound, so the lower bound is loose).
+    assert 0.05 < summary["mfu"] < 0.7
     # The script's own timing (perf_counter + synchronize) agrees with the simulated GPU.
     assert summary["median_iter_ms"] == pytest.approx(report["iterations"]["median_ms"], rel=0.15)
     assert report["iterations"]["count"] == 4
@@ -81,8 +82,11 @@ def test_hugging_face_llama_from_config(tmp_path):
     assert len(ITER.findall(stdout)) == 3
     assert report["iterations"]["count"] == 3
     assert summary["median_iter_ms"] > 0 and summary["peak_alloc_gib"] > 0.3
-    # Grouped-query attention (8 query / 4 KV heads) runs as FlashAttention.
-    assert any("flash_attention" in o["op"] for o in report["top_ops"])
+    # transformers takes its eager path (no materialised mask, see phantom/adapters), so
+    # SDPA runs a fused causal kernel (cuDNN or flash), never the masked fallbacks.
+    ops = " ".join(o["op"] for o in report["top_ops"])
+    assert "cudnn_attention" in ops or "flash_attention" in ops, ops
+    assert "efficient_attention" not in ops and "bmm" not in ops, ops
 
 
 def test_training_that_does_not_fit_ooms(tmp_path):

@@ -1,8 +1,10 @@
 """Hugging Face transformers under simulation.
 
 Policy (README, "Frameworks"): phantom's fake CUDA tensors stand for real eager tensors, so
-transformers must take its eager code paths, and a padding mask is assumed to mask nothing
-(every training token valid; the usual case for packed pre-training batches).
+transformers must take its eager code paths; a padding mask is assumed to mask nothing (every
+training token valid) and position ids to describe one sequence per row (no packed
+sequences). Both are the usual pre-training case, and both decide whether SDPA gets an
+explicit mask (memory-efficient kernel) or `is_causal` (flash/cuDNN kernel).
 """
 from __future__ import annotations
 
@@ -38,3 +40,18 @@ def patch_masking_utils(module: ModuleType) -> None:
         return True if _is_phantom_tensor(tensor) else original(tensor)
 
     module.fast_all = fast_all
+    _patch_packed_sequence_detection(module)
+
+
+def _patch_packed_sequence_detection(module: ModuleType) -> None:
+    """transformers/masking_utils.py `find_packed_sequence_indices(position_ids)` reads
+    `(mask[:, -1] == 0).all()` to detect several sequences packed in one row. A simulated
+    read cannot answer; under the documented one-sequence-per-row assumption it is None."""
+    original = getattr(module, "find_packed_sequence_indices", None)
+    if original is None:  # older transformers: no packed-sequence detection
+        return
+
+    def find_packed_sequence_indices(position_ids):
+        return None if _is_phantom_tensor(position_ids) else original(position_ids)
+
+    module.find_packed_sequence_indices = find_packed_sequence_indices
