@@ -22,6 +22,7 @@ from phantom.engine.host import HostSpeedNormalizer
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
+from phantom.native.build import cache_dir
 
 REAL_NS = time.perf_counter_ns  # bound before any patching
 
@@ -37,11 +38,13 @@ GEMM_EXTRA_HOST_NS = 15_000.0
 HOST_NO_KERNEL_NS = 0.0
 # A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
 D2H_SYNC_NS = 12_000.0
-PCIE_GBPS = 25.0  # effective pageable D2H bandwidth, GB/s
-# Host-to-device copies: pinned + non_blocking runs on the copy engine at PCIe Gen5 speed and
-# leaves the host free; a pageable copy is staged through a bounce buffer and blocks the host.
-H2D_PINNED_GBPS = 40.0
-H2D_PAGEABLE_GBPS = 20.0
+# PCIe transfer rates measured on the lent H100 (bench/kernels/results/kernels_H100.json,
+# "transfer" rows): pinned 52.6 GB/s both ways; pageable 8.5 GB/s H2D, 10.4 GB/s D2H.
+# A pinned + non_blocking H2D copy runs on the copy engine and leaves the host free; a
+# pageable copy is staged through a bounce buffer and blocks the host.
+PCIE_GBPS = 10.4  # D2H reads (.cpu(), .item()) come from pageable memory
+H2D_PINNED_GBPS = 52.6
+H2D_PAGEABLE_GBPS = 8.5
 _H2D_OPS = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)
 PROGRESS_EVERY_S = 10.0
 # Re-measure this machine's current speed every this many handler exits (~1 ms each).
@@ -128,8 +131,6 @@ class Simulation:
         self.dispatch_overhead_ns = 0.0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
-        from phantom.native.build import cache_dir
-
         self._speed = HostSpeedNormalizer(cache_dir())
         self._gap_scale = self._speed.factor * options.host_speed
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
