@@ -34,8 +34,6 @@ HOST_KERNEL_LAUNCH_NS = 4_000.0
 # cuBLAS adds its own host work per GEMM (handle, heuristics cache): a small matmul costs
 # 21.9 us of host time against 6.95 us for an elementwise op on the same host.
 GEMM_EXTRA_HOST_NS = 15_000.0
-# Ops that launch no kernel (views, empty) cost only the dispatcher work measured directly.
-HOST_NO_KERNEL_NS = 0.0
 # A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
 D2H_SYNC_NS = 12_000.0
 # PCIe transfer rates measured on the lent H100 (bench/kernels/results/kernels_H100.json,
@@ -250,9 +248,7 @@ class Simulation:
         cost = self.cost_model.estimate(func, args, kwargs, out)
         if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:
             self._allocate_cublas_workspace(stream_id)
-        if cost is None:
-            self.timeline.advance_host(HOST_NO_KERNEL_NS)
-        else:
+        if cost is not None:  # kernel-less ops (views, empty) cost only the measured dispatch
             self._launch(func, cost, stream_id)
         data_reads.propagate_hint(func, args, out)
 
@@ -260,8 +256,7 @@ class Simulation:
         host_ns = HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)
         self.launch_host_ns += host_ns
         self.timeline.launch(stream_id, cost.gpu_ns, host_ns)
-        name = func.__name__ if hasattr(func, "__name__") else str(func)
-        stats = self.op_stats[name]
+        stats = self.op_stats[func.__name__]
         stats.calls += 1
         stats.gpu_ns += cost.gpu_ns
         self.class_gpu_ns[cost.op_class] += cost.gpu_ns

@@ -57,7 +57,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
     setup_s = (first - sim.wall_start_ns) / 1e9 if first is not None else wall_seconds
     return {
         "schema": SCHEMA,
-        "gpu": {k: v for k, v in asdict(sim.gpu).items()},
+        "gpu": asdict(sim.gpu),
         "command": {"script": config.script, "module": config.module, "args": config.args},
         "exit_code": exit_code,
         "iterations": {
