@@ -1,4 +1,4 @@
-"""The `phantom` command: `phantom run`, `phantom gpus`."""
+"""The `phantom` command: `phantom run`, `phantom gpus`, `phantom clusters`."""
 from __future__ import annotations
 
 import argparse
@@ -21,14 +21,25 @@ def _run_parser() -> argparse.ArgumentParser:
         usage="phantom run [options] [--] SCRIPT.py [ARGS...]\n"
               "       phantom run [options] -m MODULE [ARGS...]",
     )
-    p.add_argument("--gpu", default="H100", help="GPU preset (see `phantom gpus`); default H100")
+    p.add_argument("--gpu", default=None,
+                   help="GPU preset (see `phantom gpus`); default: the cluster's GPU, else H100")
     p.add_argument("--vram-gib", type=float, default=None,
                    help="override the GPU's memory size in GiB (e.g. to test an OOM)")
     p.add_argument("--report", metavar="PATH", help="write the run report as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
     p.add_argument("--on-data-read", choices=("placeholder", "error"), default="placeholder",
                    help="what reading a CUDA tensor's value does (default: placeholder value)")
-    p.add_argument("--nproc-per-node", type=int, default=1, help="ranks per node (1 for now)")
+    p.add_argument("--nproc-per-node", type=int, default=None,
+                   help="ranks (GPUs) per node, as torchrun; default: the cluster's, else 1")
+    p.add_argument("--nnodes", type=int, default=None,
+                   help="number of nodes, as torchrun; default: the cluster's, else 1")
+    p.add_argument("--cluster", metavar="PRESET|FILE.toml", default=None,
+                   help="the simulated cluster (see `phantom clusters`; docs/clusters.md); "
+                        "default: one node with NVLink")
+    p.add_argument("--tee", choices=("0", "all"), default="0",
+                   help="whose output to show: rank 0's (default) or every rank's, prefixed")
+    p.add_argument("--log-dir", metavar="DIR", default=None,
+                   help="also write each rank's output to DIR/rank<N>.log")
     p.add_argument("--host-speed", type=float, default=1.0,
                    help="how fast this machine runs the script's Python relative to the "
                         "simulated node's host CPU (default 1.0: as fast)")
@@ -41,7 +52,7 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     options: list[str] = []
     i = 0
     takes_value = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                   "--host-speed", "-m"}
+                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -63,23 +74,21 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
 def parse_run_args(argv: list[str]) -> RunConfig:
     options, target = _split_target(argv)
     args = _run_parser().parse_args(options)
-    try:
-        get_gpu(args.gpu)
-    except UnknownGPUError as e:
-        raise UsageError(str(e)) from None
+    if args.gpu is not None:
+        try:
+            get_gpu(args.gpu)
+        except UnknownGPUError as e:
+            raise UsageError(str(e)) from None
     if args.vram_gib is not None and not (0 < args.vram_gib <= 4096):
         raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), "
                          f"got {args.vram_gib:g}")
-    if args.nproc_per_node < 1:
-        raise UsageError(f"--nproc-per-node must be >= 1, got {args.nproc_per_node}")
-    if args.nproc_per_node > 1:
-        raise UsageError("--nproc-per-node > 1 (multi-rank runs) is not implemented yet; "
-                         "run with --nproc-per-node 1")
     if args.host_speed <= 0:
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
-    config = RunConfig(gpu=args.gpu, vram_gib=args.vram_gib, report_path=args.report,
+    config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       nproc_per_node=args.nproc_per_node, host_speed=args.host_speed)
+                       host_speed=args.host_speed, tee=args.tee, log_dir=args.log_dir)
+    if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
+        _configure_cluster(config, args)
     if args.module:
         config.module, config.args = args.module, target
         return config
@@ -94,6 +103,39 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         if not os.path.isdir(report_dir):
             raise UsageError(f"--report: directory does not exist: {report_dir}")
     return config
+
+
+def _configure_cluster(config: RunConfig, args: argparse.Namespace) -> None:
+    """A distributed run: resolve the cluster now, so that bad input fails before launch."""
+    from phantom.network import ClusterConfigError, load_cluster
+
+    for flag, value in (("--nnodes", args.nnodes), ("--nproc-per-node", args.nproc_per_node)):
+        if value is not None and value < 1:
+            raise UsageError(f"{flag} must be >= 1, got {value}")
+    try:
+        cluster = load_cluster(args.cluster, nnodes=args.nnodes,
+                               nproc_per_node=args.nproc_per_node, gpu=args.gpu)
+    except ClusterConfigError as e:
+        raise UsageError(str(e)) from None
+    config.distributed = True
+    config.cluster = args.cluster
+    config.nnodes = cluster.nodes
+    config.nproc_per_node = cluster.gpus_per_node
+    config.gpu = cluster.gpu
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+
+
+def cmd_clusters() -> int:
+    from phantom.network import list_presets
+
+    print(f"{'name':<14} description")
+    print("-" * 72)
+    for name, description in list_presets():
+        print(f"{name:<14} {description}")
+    print("\nUse one with `phantom run --cluster NAME`, or describe your own in a TOML file "
+          "(docs/clusters.md).")
+    return 0
 
 
 def cmd_gpus() -> int:
@@ -116,7 +158,8 @@ USAGE = """usage: phantom <command> [options]
 
 commands:
   run     run a PyTorch training script on a simulated GPU
-  gpus    list the GPU presets and their specs
+  gpus      list the GPU presets and their specs
+  clusters  list the cluster presets (--cluster)
 
 `phantom <command> --help` for a command's options."""
 
@@ -135,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             return launch(parse_run_args(rest))
         if command == "gpus":
             return cmd_gpus()
+        if command == "clusters":
+            return cmd_clusters()
     except UsageError as e:
         print(f"phantom: error: {e}", file=sys.stderr)
         return 2

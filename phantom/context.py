@@ -45,6 +45,7 @@ H2D_PINNED_GBPS = 52.6
 H2D_PAGEABLE_GBPS = 8.5
 _H2D_OPS = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)
 PROGRESS_EVERY_S = 10.0
+PROGRESS_CHECK_EVERY_OPS = 256
 # Re-measure this machine's current speed every this many handler exits (~1 ms each).
 SPEED_SAMPLE_EVERY_OPS = 2_000
 CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
@@ -57,6 +58,10 @@ class SimOptions:
     on_data_read: str = "placeholder"  # or "error"
     host_speed: float = 1.0  # this machine's Python speed relative to the simulated host
     quiet: bool = False
+    # Measure the script's host time as process CPU time instead of wall time. Multi-rank
+    # runs put many rank processes on few cores: their wall-clock gaps would include the
+    # time each waits for a core.
+    cpu_time_host_clock: bool = False
 
 
 @dataclass
@@ -109,7 +114,7 @@ class Simulation:
         self.options = options
         self.gpu = options.gpu
         self.device_count = options.device_count
-        self.timeline = Timeline()
+        self.timeline = Timeline(sm_count=self.gpu.sm_count)
         self.cost_model = RooflineCostModel(options.gpu)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
         self.op_stats: dict[str, OpStats] = defaultdict(OpStats)
@@ -122,20 +127,23 @@ class Simulation:
         self._streams = _StreamState()
         self._cublas_workspaces: dict[int, Any] = {}
         self._next_stream_id = 1
-        self._real_mark = REAL_NS()
-        self.wall_start_ns = self._real_mark
+        self._clock = time.process_time_ns if options.cpu_time_host_clock else REAL_NS
+        self._real_mark = self._clock()
+        self.wall_start_ns = REAL_NS()
         self.first_op_wall_ns: int | None = None
         # Simulated-host ns a handler entry costs beyond plain eager: calibrate_dispatch_overhead()
         self.dispatch_overhead_ns = 0.0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
-        self._speed = HostSpeedNormalizer(cache_dir())
+        self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         self._gap_scale = self._speed.factor * options.host_speed
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         # phantom work that ran inside the user's time (storage finalizers run when the
         # script drops a tensor): taken off the next gap.
         self._hidden_overhead_ns = 0.0
-        self._next_progress = self._real_mark + PROGRESS_EVERY_S * 1e9
+        self.comm = None  # phantom.distributed.comm.RankComm in a distributed run
+        self._next_progress = self.wall_start_ns + PROGRESS_EVERY_S * 1e9
+        self._ops_until_progress_check = PROGRESS_CHECK_EVERY_OPS
 
     # -- host time ------------------------------------------------------------------------
     def begin_op(self, dispatched: bool = False) -> None:
@@ -145,7 +153,7 @@ class Simulation:
         torch's Python dispatch (argument boxing, FakeTensor wrapping), which a real GPU run
         does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off.
         """
-        now = REAL_NS()
+        now = self._clock()
         # In simulated-host nanoseconds: this machine at its best observed speed, scaled by
         # how fast it is relative to the simulated host.
         gap = (now - self._real_mark - self._hidden_overhead_ns) * self._gap_scale
@@ -161,9 +169,12 @@ class Simulation:
         self._ops_until_speed_sample -= 1
         if self._ops_until_speed_sample <= 0:
             self._sample_host_speed()
-        self._real_mark = REAL_NS()
-        if self._real_mark >= self._next_progress:
-            self._report_progress()
+        self._real_mark = self._clock()
+        self._ops_until_progress_check -= 1
+        if self._ops_until_progress_check <= 0:
+            self._ops_until_progress_check = PROGRESS_CHECK_EVERY_OPS
+            if REAL_NS() >= self._next_progress:
+                self._report_progress()
 
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
@@ -207,6 +218,8 @@ class Simulation:
 
     # -- sync points (called from the torch.cuda API) -------------------------------------
     def _sync(self, fn, *args) -> None:
+        if self.comm is not None:
+            self.comm.flush()  # isend/irecv nobody waited for still complete before a sync
         self.begin_op()
         fn(*args)
         self.end_op()
@@ -321,14 +334,14 @@ class Simulation:
             raise torch.OutOfMemoryError(e.message) from None
 
     def _release(self, holder: list) -> None:
-        t0 = REAL_NS()
+        t0 = self._clock()
         entry = self._storages.get(holder[0])
         if entry is not None:
             entry[1] -= 1
             if entry[1] == 0:
                 del self._storages[holder[0]]
                 self.allocator.free(entry[0])
-        self._hidden_overhead_ns += REAL_NS() - t0
+        self._hidden_overhead_ns += self._clock() - t0
 
     def _allocate_cublas_workspace(self, stream_id: int) -> None:
         # cuBLAS takes its workspace from the caching allocator on the first GEMM of each
@@ -370,10 +383,10 @@ class Simulation:
             entries = self.dispatch_entries - e0
             fake_ns.append(user_ns)
             with unset_fake_temporarily():
-                t0 = REAL_NS()
+                t0 = self._clock()
                 for _ in range(steps):
                     real_step()
-                real_ns.append(REAL_NS() - t0)
+                real_ns.append(self._clock() - t0)
         overhead_here_ns = max(0.0, min(fake_ns) - min(real_ns)) / entries
         self._sample_host_speed()
         self.dispatch_overhead_ns = overhead_here_ns * self._gap_scale
@@ -383,7 +396,7 @@ class Simulation:
         return self.dispatch_overhead_ns
 
     def _forget_calibration_work(self) -> None:
-        self.timeline = Timeline()
+        self.timeline = Timeline(sm_count=self.gpu.sm_count)
         self.iterations.clear()
         self.op_stats.clear()
         self.class_gpu_ns.clear()
@@ -395,20 +408,22 @@ class Simulation:
         self._cublas_workspaces.clear()
         self.allocator.empty_cache()
         self.allocator.reset_peak_stats()
-        self._real_mark = REAL_NS()
+        self._real_mark = self._clock()
 
     # -- iterations -----------------------------------------------------------------------
     def mark_iteration(self) -> None:
+        if self.comm is not None and self.comm.unwaited:
+            self.comm.wait_unwaited()
         self.begin_op()
         tl = self.timeline
         self.iterations.append(Iteration(tl.host_ns, tl.gpu_idle_ns(), tl.gpu_busy_ns))
         self.end_op()
 
     def _report_progress(self) -> None:
-        self._next_progress = self._real_mark + PROGRESS_EVERY_S * 1e9
+        self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9
         if self.options.quiet:
             return
-        wall = (self._real_mark - self.wall_start_ns) / 1e9
+        wall = (REAL_NS() - self.wall_start_ns) / 1e9
         print(
             f"phantom: {len(self.iterations)} iterations, {self.ops_intercepted:,} ops, "
             f"simulated {self.timeline.host_ns / 1e9:.2f} s in {wall:.0f} s wall",

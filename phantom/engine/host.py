@@ -29,28 +29,29 @@ class _Box:
         return self.v + len(d)
 
 
-def _probe_ns() -> int:
+def _probe_ns(clock=_CLOCK_NS) -> int:
     """Nanoseconds for a fixed pure-Python workload (object creation, calls, dicts)."""
-    t0 = _CLOCK_NS()
+    t0 = clock()
     d: dict = {}
     total = 0
     for i in range(PROBE_N):
         total += _Box(i).step(d)
-    return _CLOCK_NS() - t0
+    return clock() - t0
 
 
 class HostSpeedNormalizer:
     """`factor` converts this machine's measured ns into ns at its best observed speed."""
 
-    def __init__(self, cache_dir: Path | None) -> None:
+    def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS) -> None:
+        self._clock = clock  # the clock host time is measured with (wall or CPU time)
         self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
         self.best_ns = self._load_best()
         self.factor = 1.0
-        _probe_ns()  # warm the code path
+        _probe_ns(clock)  # warm the code path
         self.sample()
 
     def sample(self) -> float:
-        current = min(_probe_ns() for _ in range(3))  # interruptions only make probes slower
+        current = min(_probe_ns(self._clock) for _ in range(3))  # interruptions only make probes slower
         if self.best_ns is None or current < self.best_ns:
             self.best_ns = current
             self._save_best()

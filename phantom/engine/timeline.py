@@ -16,6 +16,8 @@ from typing import Callable
 LAUNCH_LATENCY_NS = 4_000.0
 # cudaLaunchKernel queue depth: past this many pending kernels the host blocks on launch.
 MAX_PENDING_KERNELS = 1024
+# Concurrent NCCL kernels never take more than this share of the SMs from compute.
+MAX_COMM_SM_SHARE = 0.5
 
 
 @dataclass(slots=True)
@@ -56,8 +58,12 @@ class Timeline:
     distributed engine.
     """
 
-    def __init__(self, on_kernel: Callable[[KernelRecord], None] | None = None) -> None:
+    def __init__(self, on_kernel: Callable[[KernelRecord], None] | None = None,
+                 sm_count: int = 132) -> None:
         self.host_ns = 0.0
+        self.sm_count = sm_count
+        # NCCL kernels in flight: (start, end, share of the SMs they occupy)
+        self._comm: list[tuple[float, float, float]] = []
         self.streams: dict[int, Stream] = {0: Stream(0)}
         self.gpu_busy_ns = 0.0  # union of kernel time over all streams (approximate: see below)
         self._busy_until = 0.0
@@ -85,7 +91,7 @@ class Timeline:
         start = max(self.host_ns + LAUNCH_LATENCY_NS, s.ready_ns)
         if uses_sms:
             start = max(start, self.sm_free_ns)
-        end = start + gpu_ns
+        end = self._stretch(start, gpu_ns) if uses_sms and self._comm else start + gpu_ns
         s.ready_ns = end
         if uses_sms:
             self.sm_free_ns = end
@@ -94,6 +100,40 @@ class Timeline:
         if self._on_kernel is not None:
             self._on_kernel(KernelRecord(name, op_class, stream_id, start, end, source))
         return start, end
+
+    def comm_kernel(self, stream_id: int, start: float, end: float, channels: int,
+                    name: str = "") -> None:
+        """An NCCL kernel whose timing the network decided: it holds `stream_id` from
+        `start` to `end` and `channels` SMs (one CUDA block per channel) meanwhile."""
+        s = self.stream(stream_id)
+        s.ready_ns = max(s.ready_ns, end)
+        s.pending_ends.append(end)
+        if channels > 0 and end > start:
+            self._comm.append((start, end, min(channels / self.sm_count, MAX_COMM_SM_SHARE)))
+        if self._on_kernel is not None:
+            self._on_kernel(KernelRecord(name, "comm", stream_id, start, end, "nccl"))
+
+    def _stretch(self, start: float, work_ns: float) -> float:
+        """End of a compute kernel that needs `work_ns` of the whole GPU, starting at
+        `start`, while NCCL kernels hold some SMs: it runs at the share left to it.
+
+        The model is SM occupancy only (a GEMM or attention kernel spreads its tiles over
+        the SMs it gets); HBM bandwidth taken by NCCL's copies is not modelled.
+        """
+        active = [c for c in self._comm if c[1] > start]
+        self._comm = active
+        t, left = start, work_ns
+        while active:
+            share = min(sum(f for s, e, f in active if s <= t < e), MAX_COMM_SM_SHARE)
+            rate = 1.0 - share
+            nxt = min([s for s, _, _ in active if s > t] + [e for _, e, _ in active if e > t],
+                      default=float("inf"))
+            if t + left / rate <= nxt:
+                return t + left / rate
+            left -= (nxt - t) * rate
+            t = nxt
+            active = [c for c in active if c[1] > t]
+        return t + left
 
     def _respect_queue_limit(self, s: Stream) -> None:
         ends = s.pending_ends

@@ -37,6 +37,22 @@ _METADATA_OPS = frozenset({
 })
 
 
+
+def _ops_of(namespace: str) -> frozenset:
+    """Every overload of every op registered under `namespace`."""
+    ns = getattr(torch.ops, namespace)
+    found = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if name.startswith(namespace + "::"):
+            packet = getattr(ns, name.split("::", 1)[1])
+            found += [getattr(packet, o) for o in packet.overloads()]
+    return frozenset(found)
+
+
+# Collectives are not shape computations: they go to phantom.distributed.ops.
+_COLLECTIVE_OPS = _ops_of("_c10d_functional") | _ops_of("c10d")
+
+
 class SimulationError(RuntimeError):
     """An error phantom raises into the user's script, with an actionable message."""
 
@@ -94,6 +110,10 @@ class PhantomMode(FakeTensorMode):
         sim = self.sim
         if self._depth:
             return self.dispatch(func, types, args, kwargs)
+        if func in _COLLECTIVE_OPS:
+            from phantom.distributed import ops as collective_ops
+
+            return collective_ops.handle(self, func, types, args, kwargs)
         if func in _METADATA_OPS:
             # Reaching here cost host time a real run does not spend: account for it.
             sim.begin_op(dispatched=True)

@@ -48,6 +48,33 @@ def _is_launcher_frame(filename: str) -> bool:
     return "runpy" in filename or filename.endswith(os.path.join("launcher", "bootstrap.py"))
 
 
+def _install_distributed(sim, config: RunConfig, rank: int) -> None:
+    """This process is one rank of a torchrun-style run: connect it to the coordinator and
+    make the 'nccl' backend phantom's simulated process group."""
+    from phantom.distributed import process_group
+    from phantom.distributed.client import CoordinatorClient
+    from phantom.distributed.comm import RankComm
+
+    client = CoordinatorClient(rank) if config.world_size > 1 else None
+    sim.comm = RankComm(sim, rank, config.world_size, client)
+    process_group.install(sim.comm)
+
+
+def _finish_distributed(sim, exit_code: int) -> int:
+    """Resolve what is still in flight, then tell the coordinator this rank is done."""
+    from phantom.interception.mode import SimulationError
+
+    if exit_code == 0:
+        try:
+            sim.comm.flush()
+        except SimulationError as e:
+            print(e, file=sys.stderr)
+            exit_code = 1
+    if exit_code == 0 and sim.comm.client is not None:
+        sim.comm.client.finished()
+    return exit_code
+
+
 def main() -> int:
     config = RunConfig.from_json(os.environ[ENV_VAR])
     real_clock = time.perf_counter  # the simulation replaces time.perf_counter below
@@ -66,9 +93,13 @@ def main() -> int:
     gpu = get_gpu(config.gpu)
     if config.vram_gib is not None:
         gpu = gpu.with_memory_gib(config.vram_gib)
+    rank = int(os.environ.get("RANK", "0")) if config.distributed else 0
     sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,
-                                quiet=config.quiet))
+                                quiet=config.quiet or rank != 0,
+                                cpu_time_host_clock=config.world_size > 1))
+    if config.distributed:
+        _install_distributed(sim, config, rank)
     interception.install(sim)
 
     exit_code = 0
@@ -82,11 +113,13 @@ def main() -> int:
         _print_user_traceback(e)
         exit_code = 1
     sys.stdout.flush()
+    if sim.comm is not None:
+        exit_code = _finish_distributed(sim, exit_code)
     report = build_report(sim, config, exit_code=exit_code,
                           wall_seconds=real_clock() - wall_start)
-    if not config.quiet:
+    if not config.quiet and rank == 0:
         print_summary(report, file=sys.stderr)
-    if config.report_path:
+    if config.report_path and rank == 0:
         write_report(report, config.report_path)
     return exit_code
 

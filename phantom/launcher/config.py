@@ -19,6 +19,16 @@ class RunConfig:
     on_data_read: str = "placeholder"
     nproc_per_node: int = 1
     host_speed: float = 1.0
+    # Distributed runs (torchrun semantics): set when --nnodes/--nproc-per-node are given.
+    distributed: bool = False
+    nnodes: int = 1
+    cluster: str | None = None  # preset name or TOML path (phantom.network)
+    tee: str = "0"  # "0": rank 0's output only; "all": every rank's, prefixed
+    log_dir: str | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,0 +1,227 @@
+"""The coordinator: matches the ranks' collectives and times them on the network.
+
+It runs in the launcher process, one reader thread per rank connection. A rank sends a
+batch of requests (one collective, or the point-to-point transfers of one
+`batch_isend_irecv`) and blocks until all of them are resolved. A collective is resolved
+when every member has sent its part: the coordinator checks the parts agree, asks the
+network model for its timing (starting when the last member's stream is ready) and answers
+each member.
+
+Because ranks block at issue, a wrong program cannot hang silently: when every live rank is
+waiting and nothing can complete, the coordinator reports a deadlock with each rank's
+pending call; members that disagree (op, size, dtype, root or member list) are reported
+with both call sites as soon as the second one arrives.
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, Listener
+from typing import Callable
+
+from phantom.distributed.wire import Abort, Request, Result
+
+# Resolved timing of one matched collective: (start, end, algorithm, protocol, channels).
+Timing = tuple[float, float, str, str, int]
+Scheduler = Callable[[list[Request], float], Timing]
+FORGET_EVERY = 64  # collectives between pruning the network's reservation history
+
+
+@dataclass
+class _RankState:
+    conn: Connection | None = None
+    outstanding: list[Request] = field(default_factory=list)
+    results: dict = field(default_factory=dict)  # key -> Result
+    host_ns: float = 0.0
+    finished: bool = False
+    gone: bool = False
+
+
+class Coordinator:
+    def __init__(self, world_size: int, address: str, authkey: bytes, schedule: Scheduler,
+                 forget_before: Callable[[float], None] | None = None) -> None:
+        self.world_size = world_size
+        self._schedule = schedule
+        self._forget_before = forget_before
+        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        self._lock = threading.Lock()
+        self._ranks = {r: _RankState() for r in range(world_size)}
+        self._pending: dict[tuple, dict[int, Request]] = {}
+        self._connected = 0
+        self._resolved = 0
+        self.fatal: str | None = None  # set once: the run must end with this message
+        self.fatal_event = threading.Event()
+        self.collectives = 0
+        self.bytes_moved = 0
+
+    # -- connections ----------------------------------------------------------------------
+    def start(self) -> None:
+        threading.Thread(target=self._accept_loop, name="phantom-coordinator", daemon=True).start()
+
+    def close(self) -> None:
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+
+    def _accept_loop(self) -> None:
+        while self._connected < self.world_size:
+            try:
+                conn = self._listener.accept()
+            except (OSError, EOFError):
+                return
+            try:
+                hello = conn.recv()
+            except (OSError, EOFError):
+                continue
+            rank = hello[1]
+            with self._lock:
+                self._ranks[rank].conn = conn
+                self._connected += 1
+            threading.Thread(target=self._reader, args=(rank, conn), daemon=True,
+                             name=f"phantom-rank{rank}").start()
+
+    def _reader(self, rank: int, conn: Connection) -> None:
+        while True:
+            try:
+                msg = conn.recv()
+            except (OSError, EOFError):
+                with self._lock:
+                    state = self._ranks[rank]
+                    state.gone = True
+                    if not state.finished:
+                        # The launcher reports the crash itself; the peers must not wait.
+                        self._abort_waiting(f"rank {rank} exited")
+                    else:
+                        self._check_deadlock()
+                return
+            tag = msg[0]
+            if tag == "requests":
+                self._on_requests(rank, msg[1])
+            elif tag == "done":
+                with self._lock:
+                    self._ranks[rank].finished = True
+                    self._check_deadlock()
+
+    # -- matching -------------------------------------------------------------------------
+    def _on_requests(self, rank: int, requests: list[Request]) -> None:
+        with self._lock:
+            state = self._ranks[rank]
+            state.outstanding = list(requests)
+            state.results = {}
+            state.host_ns = max(state.host_ns, max(r.host_ns for r in requests))
+            for req in requests:
+                parts = self._pending.setdefault(req.key, {})
+                for other in parts.values():
+                    problem = _mismatch(other, req)
+                    if problem:
+                        self._fail(_mismatch_message(problem, other, req))
+                        return
+                parts[rank] = req
+                if len(parts) == len(req.members) and set(parts) == set(req.members):
+                    self._resolve(req.key, parts)
+            if self.fatal is None:
+                self._check_deadlock()
+
+    def _resolve(self, key: tuple, parts: dict[int, Request]) -> None:
+        del self._pending[key]
+        reqs = [parts[r] for r in sorted(parts)]
+        ready = max(r.ready_ns for r in reqs)
+        start, end, algorithm, protocol, channels = self._schedule(reqs, ready)
+        payloads = {r.rank: r.payload for r in reqs if r.payload is not None}
+        result = Result(start, end, payloads, algorithm, protocol, channels)
+        self.collectives += 1
+        self.bytes_moved += reqs[0].nbytes
+        for r in reqs:
+            state = self._ranks[r.rank]
+            state.results[key] = result
+            if len(state.results) == len(state.outstanding):
+                self._reply(r.rank, [state.results[q.key] for q in state.outstanding])
+        self._resolved += 1
+        if self._forget_before is not None and self._resolved % FORGET_EVERY == 0:
+            live = [s.host_ns for s in self._ranks.values() if not (s.finished or s.gone)]
+            if live:
+                self._forget_before(min(live))
+
+    def _reply(self, rank: int, results: list) -> None:
+        state = self._ranks[rank]
+        state.outstanding = []
+        state.results = {}
+        try:
+            state.conn.send(results)
+        except (OSError, AttributeError):
+            pass  # the rank is gone; its exit is reported by the launcher
+
+    # -- failures -------------------------------------------------------------------------
+    def _check_deadlock(self) -> None:
+        if self._connected < self.world_size or self.fatal is not None:
+            return
+        live = {r: s for r, s in self._ranks.items() if not (s.finished or s.gone)}
+        waiting = {r: s for r, s in live.items() if s.outstanding}
+        if not waiting:
+            return
+        # A member that finished its script can never join: report that at once.
+        for r, s in waiting.items():
+            for req in s.outstanding:
+                if req.key in s.results:
+                    continue
+                done = [m for m in req.members if self._ranks[m].finished]
+                if done:
+                    self._fail(
+                        f"rank {r} waits in {_describe(req)} at {req.site}, but rank(s) "
+                        f"{', '.join(map(str, done))} of that group already finished the "
+                        "script without calling it.")
+                    return
+        if len(waiting) < len(live):
+            return  # someone is still running and may yet arrive
+        lines = ["deadlock: every rank is waiting in a collective that cannot complete."]
+        for r in sorted(waiting):
+            for req in waiting[r].outstanding:
+                if req.key in waiting[r].results:
+                    continue
+                arrived = sorted(self._pending.get(req.key, {}))
+                missing = [m for m in req.members if m not in arrived]
+                lines.append(f"  rank {r}: {_describe(req)} at {req.site} "
+                             f"(waiting for rank(s) {', '.join(map(str, missing))})")
+        lines.append("Ranks must call collectives of a group in the same order; "
+                     "see the call sites above.")
+        self._fail("\n".join(lines))
+
+    def _fail(self, message: str) -> None:
+        if self.fatal is None:
+            self.fatal = message
+            self._abort_waiting(message)
+            self.fatal_event.set()
+
+    def _abort_waiting(self, message: str) -> None:
+        for s in self._ranks.values():
+            if s.outstanding and s.conn is not None:
+                s.outstanding = []
+                try:
+                    s.conn.send(Abort(message))
+                except OSError:
+                    pass
+
+
+def _mismatch(a: Request, b: Request) -> str | None:
+    if a.kind != b.kind:
+        return "different collectives"
+    if a.members != b.members:
+        return "different member ranks"
+    if a.root != b.root:
+        return "different roots"
+    if a.signature != b.signature:
+        return "different sizes or dtypes"
+    return None
+
+
+def _describe(req: Request) -> str:
+    group = req.group_desc or str(req.key[0])
+    return f"{req.kind} on group {group} ({req.nbytes:,} bytes, ranks {list(req.members)})"
+
+
+def _mismatch_message(problem: str, a: Request, b: Request) -> str:
+    return (f"collective mismatch ({problem}) in call #{a.key[-1]} of group {a.group_desc or a.key[0]}:\n"
+            f"  rank {a.rank}: {_describe(a)}, signature {a.signature}\n    at {a.site}\n"
+            f"  rank {b.rank}: {_describe(b)}, signature {b.signature}\n    at {b.site}\n"
+            "Every member must make the same collective call, in the same order.")

@@ -1,0 +1,555 @@
+"""`PhantomProcessGroup`: what `init_process_group("nccl")` gets instead of ProcessGroupNCCL.
+
+c10d builds the "nccl" backend through a hard-wired branch (`ProcessGroupNCCL(store, rank,
+size, options)`), not through the plugin registry, so phantom answers for that class name.
+The group is a Python subclass of `ProcessGroup`; c10d keeps such a group as it is, and its
+Python methods are what `torch.distributed` calls (DDP's C++ reducer reaches them through
+pybind's trampoline). Every collective becomes an `Op` for the rank's `RankComm`.
+
+Data: CUDA tensors are fake, so nothing is moved. Real CPU tensors (object collectives,
+CPU metadata exchange) carry their values: each member sends its payload through the
+coordinator, every member gets all payloads and computes its own result here, with torch.
+"""
+from __future__ import annotations
+
+import threading
+from functools import reduce as _fold
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.distributed as dist
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work
+from torch._subclasses.fake_tensor import FakeTensor
+
+from phantom.distributed.comm import Completed, GroupInfo, Op
+from phantom.distributed.wire import pack_tensor, unpack_tensor
+
+if TYPE_CHECKING:
+    from phantom.distributed.comm import RankComm
+
+_COMM: "RankComm | None" = None  # set by install(); the rank's one RankComm
+
+
+class _Options:
+    """The attributes c10d and frameworks set on `ProcessGroupNCCL.Options`."""
+
+    def __init__(self, backend: str = "nccl") -> None:
+        self.backend = backend
+        self.is_high_priority_stream = False
+        self._timeout = None
+        self.split_from = None
+        self.split_color = 0
+        self.global_ranks_in_group: list[int] = []
+        self.group_name = ""
+        self.config = _NCCLConfig()
+
+
+class _NCCLConfig:
+    def __init__(self) -> None:
+        self.blocking = 1
+        self.cga_cluster_size = 4
+        self.min_ctas = 1
+        self.max_ctas = 32
+        self.net_name = ""
+        self.split_share = 0
+
+
+class _BackendView:
+    """What c10d asks of `pg._get_backend(device)`: capability flags, no splitting."""
+
+    supports_splitting = False
+    supports_coalescing = True
+    supports_time_estimate = False
+    supports_tensor_alloc = False
+
+    def __init__(self, pg: "PhantomProcessGroup") -> None:
+        self._pg = pg
+        self.options = pg.options
+
+    def _get_sequence_number_for_group(self) -> int:
+        return 0
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def eager_connect_single_device(self, device) -> None:
+        pass
+
+    def comm_split_count(self) -> int:
+        return 0
+
+    def name(self) -> str:
+        return "nccl"
+
+
+# -- work -------------------------------------------------------------------------------
+class SimWork(Work):
+    """A collective's handle. `wait()` makes the current stream wait for its end, as
+    ProcessGroupNCCL's work does; completion follows the simulated clock."""
+
+    def __init__(self, comm: "RankComm", resolve: Callable[[], Completed],
+                 outputs: list | None = None, blocks_host: bool = False) -> None:
+        super().__init__()
+        self._comm = comm
+        self._resolve = resolve
+        self._outputs = outputs or []
+        self._blocks_host = blocks_host  # barrier: the host waits for the end as well
+        self._waited = False
+
+    def _end_ns(self) -> float:
+        return self._resolve().end_ns
+
+    def wait(self, timeout=None) -> bool:
+        end = self._end_ns()
+        if not self._waited:
+            self._waited = True
+            self._comm.unwaited.discard(self)
+            self._comm.stream_waits_until(end)
+            if self._blocks_host:
+                self._comm.host_waits_until(end)
+        return True
+
+    def block_current_stream(self) -> None:
+        self.wait()
+
+    def synchronize(self) -> None:
+        self.wait()
+
+    def is_completed(self) -> bool:
+        return self._comm.host_reached(self._end_ns())
+
+    def is_success(self) -> bool:
+        return True
+
+    def exception(self):
+        return None
+
+    def source_rank(self) -> int:
+        return -1
+
+    def result(self) -> list:
+        return self._outputs
+
+    def get_future(self) -> torch.futures.Future:
+        # DDP's C++ reducer waits on this future in C++, which phantom cannot see: the
+        # stream wait happens where the reducer's wait is (end of backward, see comm).
+        self._comm.unwaited.add(self)
+        fut: torch.futures.Future = torch.futures.Future()
+        fut.set_result(self._outputs)
+        return fut
+
+    def _get_duration(self) -> float:
+        c = self._resolve()
+        return (c.result.end_ns - c.result.start_ns) / 1e6
+
+
+# -- helpers ----------------------------------------------------------------------------
+def _is_real(t: torch.Tensor) -> bool:
+    return not isinstance(t, FakeTensor) and t.device.type == "cpu"
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+def _sig(tensors, *extra) -> tuple:
+    return (tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors), *extra)
+
+
+def _op_name(op) -> str:
+    op = getattr(op, "op", op)
+    return str(op).rsplit(".", 1)[-1]
+
+
+def _combine(op_name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+    if op_name in ("SUM", "PREMUL_SUM"):
+        return _fold(torch.add, tensors)
+    if op_name == "AVG":
+        out = _fold(torch.add, tensors)
+        return out / len(tensors) if out.is_floating_point() else out // len(tensors)
+    if op_name == "PRODUCT":
+        return _fold(torch.mul, tensors)
+    if op_name == "MIN":
+        return _fold(torch.minimum, tensors)
+    if op_name == "MAX":
+        return _fold(torch.maximum, tensors)
+    if op_name == "BAND":
+        return _fold(torch.bitwise_and, tensors)
+    if op_name == "BOR":
+        return _fold(torch.bitwise_or, tensors)
+    if op_name == "BXOR":
+        return _fold(torch.bitwise_xor, tensors)
+    raise ValueError(f"unsupported reduce op {op_name}")
+
+
+def _payload(tensors) -> list | None:
+    if tensors and all(_is_real(t) for t in tensors):
+        return [pack_tensor(t) for t in tensors]
+    return None
+
+
+def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
+    with torch.no_grad():
+        dst.copy_(src.reshape(dst.shape).to(dst.dtype))
+
+
+# -- the process group ------------------------------------------------------------------
+class PhantomProcessGroup(ProcessGroup):
+    Options = _Options
+
+    def __init__(self, store, rank: int, size: int, options: _Options | None = None) -> None:
+        super().__init__(rank, size)
+        self.options = options or _Options()
+        ranks = list(self.options.global_ranks_in_group or range(size))
+        self.info = GroupInfo(self.options.group_name or "default_pg", tuple(ranks))
+        self._coalescing: list[tuple[Op, Callable | None]] | None = None
+        self._lock = threading.Lock()
+
+    # identity -------------------------------------------------------------------------
+    def getBackendName(self) -> str:  # noqa: N802 (pybind trampoline name)
+        return "nccl"
+
+    def name(self) -> str:
+        return "nccl"
+
+    def _get_backend_name(self) -> str:
+        return "nccl"
+
+    def _get_backend(self, device=None) -> _BackendView:
+        return _BackendView(self)
+
+    @property
+    def _device_types(self) -> list[torch.device]:
+        # "cpu" among them sends object collectives through real CPU tensors, whose values
+        # this group carries; CUDA tensors would be fake and lose them.
+        return [torch.device("cpu"), torch.device("cuda")]
+
+    def _set_sequence_number_for_group(self) -> None:
+        pass
+
+    def _get_sequence_number_for_group(self) -> int:
+        return 0
+
+    def _set_group_name(self, name: str) -> None:
+        super()._set_group_name(name)
+        self.info.name = name
+
+    def _set_group_desc(self, desc: str) -> None:
+        super()._set_group_desc(desc)
+        self.info.desc = desc
+
+    def abort(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+    def _wait_for_pending_works(self) -> None:
+        pass
+
+    def _has_hooks(self) -> bool:
+        return False
+
+    # issuing ----------------------------------------------------------------------------
+    def _member(self, group_rank: int) -> int:
+        return self.info.members[group_rank]
+
+    def _issue(self, op: Op, finish: Callable[[Completed], None] | None = None,
+               outputs: list | None = None, blocks_host: bool = False) -> SimWork:
+        comm = _COMM
+        if self._coalescing is not None:
+            self._coalescing.append((op, finish))
+            return SimWork(comm, lambda: self._coalesced_result, outputs)
+        if op.kind == "send_recv":
+            handle = comm.defer(self.info, op, finish)
+            return SimWork(comm, handle.resolve, outputs)
+        done = comm.issue(self.info, [op], [finish])
+        return SimWork(comm, lambda: done, outputs, blocks_host)
+
+    def _start_coalescing(self, device=None) -> None:
+        self._coalescing = []
+
+    def _end_coalescing(self, device=None) -> SimWork:
+        ops, self._coalescing = self._coalescing or [], None
+        comm = _COMM
+        if not ops:
+            done = Completed(comm.sim.timeline.host_ns, None)
+            return SimWork(comm, lambda: done)
+        done = comm.issue(self.info, [o for o, _ in ops], [f for _, f in ops])
+        self._coalesced_result = done
+        return SimWork(comm, lambda: done)
+
+    # collectives ------------------------------------------------------------------------
+    def allreduce(self, tensors, opts=None):
+        if not isinstance(tensors, (list, tuple)):
+            tensors = [tensors]
+        op_name = _op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        payload = _payload(tensors)
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                members = done.result.payloads
+                for i, t in enumerate(tensors):
+                    _copy_into(t, _combine(op_name, [unpack_tensor(members[r][i]) for r in sorted(members)]))
+
+        return self._issue(Op("all_reduce", sum(map(_nbytes, tensors)), _sig(tensors, op_name),
+                              payload=payload, dtype_bytes=tensors[0].element_size()),
+                           finish, list(tensors))
+
+    allreduce_coalesced = allreduce
+
+    def broadcast(self, tensors, opts=None):
+        if not isinstance(tensors, (list, tuple)):
+            tensors = [tensors]
+        root = self._member(opts.rootRank if opts is not None else 0)
+        me = dist.get_rank()
+        payload = _payload(tensors) if me == root else None
+
+        def finish(done: Completed) -> None:
+            sent = done.result.payloads.get(root)
+            if sent is not None and me != root:
+                for t, p in zip(tensors, sent):
+                    _copy_into(t, unpack_tensor(p))
+
+        return self._issue(Op("broadcast", sum(map(_nbytes, tensors)), _sig(tensors), root=root,
+                              payload=payload), finish, list(tensors))
+
+    def reduce(self, tensors, opts=None):
+        root = self._member(opts.rootRank)
+        op_name = _op_name(opts.reduceOp)
+        payload = _payload(tensors)
+        me = dist.get_rank()
+
+        def finish(done: Completed) -> None:
+            if payload is not None and me == root:
+                members = done.result.payloads
+                for i, t in enumerate(tensors):
+                    _copy_into(t, _combine(op_name, [unpack_tensor(members[r][i]) for r in sorted(members)]))
+
+        return self._issue(Op("reduce", sum(map(_nbytes, tensors)), _sig(tensors, op_name),
+                              root=root, payload=payload), finish, list(tensors))
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        outs = output_tensors[0]
+        payload = _payload(input_tensors)
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                for out, r in zip(outs, self.info.members):
+                    _copy_into(out, unpack_tensor(done.result.payloads[r][0]))
+
+        nbytes = _nbytes(input_tensors[0]) * self.size()
+        return self._issue(Op("all_gather", nbytes, _sig(input_tensors), payload=payload),
+                           finish, [outs])
+
+    def all_gather_single(self, output, input, opts=None):
+        return self.all_gather_single_coalesced([output], [input], opts)
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        payload = _payload(inputs)
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                for i, out in enumerate(outputs):
+                    parts = [unpack_tensor(done.result.payloads[r][i]).reshape(-1) for r in self.info.members]
+                    _copy_into(out, torch.cat(parts))
+
+        nbytes = sum(map(_nbytes, outputs))
+        return self._issue(Op("all_gather", nbytes, _sig(inputs), payload=payload), finish,
+                           list(outputs))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def allgather_coalesced(self, output_lists, input_list, opts=None):
+        return self.allgather([sum(output_lists, [])], input_list, opts)
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        op_name = _op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        inputs = input_tensors[0]
+        payload = _payload(inputs)
+        me = self.rank()
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                mine = [unpack_tensor(done.result.payloads[r][me]) for r in self.info.members]
+                _copy_into(output_tensors[0], _combine(op_name, mine))
+
+        return self._issue(Op("reduce_scatter", sum(map(_nbytes, inputs)), _sig(inputs, op_name),
+                              payload=payload), finish, list(output_tensors))
+
+    def reduce_scatter_single(self, output, input, opts=None):
+        return self.reduce_scatter_single_coalesced([output], [input], opts)
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        op_name = _op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        payload = _payload(inputs)
+        me, n = self.rank(), self.size()
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                for i, out in enumerate(outputs):
+                    full = [unpack_tensor(done.result.payloads[r][i]).reshape(-1) for r in self.info.members]
+                    _copy_into(out, _combine(op_name, [f.chunk(n)[me] for f in full]))
+
+        return self._issue(Op("reduce_scatter", sum(map(_nbytes, inputs)), _sig(inputs, op_name),
+                              payload=payload), finish, list(outputs))
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n, me = self.size(), self.rank()
+        row = _nbytes(input) // max(input.shape[0], 1) if input.dim() else _nbytes(input)
+        splits = list(input_split_sizes) if input_split_sizes else [input.shape[0] // n] * n
+        transfers = tuple((dist.get_rank(), peer, int(s) * row)
+                          for peer, s in zip(self.info.members, splits) if peer != dist.get_rank())
+        payload = _payload([input])
+        if payload is not None:
+            payload.append(splits)
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                chunks = []
+                for r in self.info.members:
+                    data, their_splits = done.result.payloads[r]
+                    t = unpack_tensor(data)
+                    chunks.append(t.split([int(s) for s in their_splits])[me])
+                _copy_into(output, torch.cat(chunks))
+
+        return self._issue(Op("all_to_all", _nbytes(input), _sig([], str(input.dtype)),
+                              transfers=transfers, payload=payload), finish, [output])
+
+    alltoall_base = all_to_all_single
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        transfers = tuple((dist.get_rank(), peer, _nbytes(t))
+                          for peer, t in zip(self.info.members, input_tensors) if peer != dist.get_rank())
+        payload = _payload(input_tensors)
+        me = self.rank()
+
+        def finish(done: Completed) -> None:
+            if payload is not None:
+                for out, r in zip(output_tensors, self.info.members):
+                    _copy_into(out, unpack_tensor(done.result.payloads[r][me]))
+
+        return self._issue(Op("all_to_all", sum(map(_nbytes, input_tensors)), _sig([]),
+                              transfers=transfers, payload=payload), finish, list(output_tensors))
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        root = self._member(opts.rootRank)
+        payload = _payload(input_tensors)
+        me = dist.get_rank()
+
+        def finish(done: Completed) -> None:
+            if payload is not None and me == root:
+                for out, r in zip(output_tensors[0], self.info.members):
+                    _copy_into(out, unpack_tensor(done.result.payloads[r][0]))
+
+        return self._issue(Op("gather", _nbytes(input_tensors[0]) * self.size(), _sig(input_tensors),
+                              root=root, payload=payload), finish,
+                           [output_tensors[0] if output_tensors else []])
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        root = self._member(opts.rootRank)
+        me = dist.get_rank()
+        payload = _payload(input_tensors[0]) if me == root and input_tensors else None
+        my_index = self.rank()
+
+        def finish(done: Completed) -> None:
+            sent = done.result.payloads.get(root)
+            if sent is not None:
+                _copy_into(output_tensors[0], unpack_tensor(sent[my_index]))
+
+        nbytes = _nbytes(output_tensors[0]) * self.size()
+        return self._issue(Op("scatter", nbytes, _sig(output_tensors), root=root, payload=payload),
+                           finish, list(output_tensors))
+
+    def barrier(self, opts=None):
+        # ProcessGroupNCCL runs a barrier as a one-element all-reduce and blocks the host.
+        return self._issue(Op("all_reduce", 4, ("barrier",)), None, [], blocks_host=True)
+
+    def monitored_barrier(self, timeout=None, wait_all_ranks=False):
+        self.barrier().wait()
+
+    # point to point ----------------------------------------------------------------------
+    def send(self, tensors, dst: int, tag: int = 0):
+        peer = self._member(dst)
+        op = Op("send_recv", sum(map(_nbytes, tensors)), _sig(tensors, tag), peer=peer,
+                is_send=True, payload=_payload(tensors))
+        return self._issue(op, None, list(tensors))
+
+    def recv(self, tensors, src: int, tag: int = 0):
+        peer = self._member(src)
+        real = _payload(tensors) is not None
+
+        def finish(done: Completed) -> None:
+            sent = done.result.payloads.get(peer)
+            if real and sent is not None:
+                for t, p in zip(tensors, sent):
+                    _copy_into(t, unpack_tensor(p))
+
+        op = Op("send_recv", sum(map(_nbytes, tensors)), _sig(tensors, tag), peer=peer)
+        return self._issue(op, finish, list(tensors))
+
+    def recv_anysource(self, tensors, tag: int = 0):
+        from phantom.interception.mode import SimulationError
+
+        raise SimulationError("phantom: recv from any source is not supported by NCCL, and "
+                              "not simulated; name the source rank.")
+
+
+def install(comm: "RankComm") -> None:
+    """Make `init_process_group("nccl")` (and the default backend on CUDA) build phantom's group."""
+    global _COMM
+    _COMM = comm
+    c10d = dist.distributed_c10d
+    c10d.ProcessGroupNCCL = PhantomProcessGroup
+    c10d._NCCL_AVAILABLE = True
+    dist.ProcessGroupNCCL = PhantomProcessGroup
+    dist.is_nccl_available = c10d.is_nccl_available = lambda: True
+    # A CUDA build sets NCCL's default timeout (10 min, as for other backends); without it
+    # c10d warns that NCCL is not compiled in.
+    c10d.default_pg_nccl_timeout = c10d.default_pg_timeout
+    _real_payloads_for_object_collectives(c10d)
+    _wait_for_reducer_buckets(comm)
+
+
+def _real_payloads_for_object_collectives(c10d) -> None:
+    """Object collectives pickle into a CPU byte tensor (the group reports a "cpu" device
+    for them); building it from a storage must happen outside the fake mode, or the
+    storage is fake and the bytes are lost."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    to_tensor, to_object = c10d._object_to_tensor, c10d._tensor_to_object
+
+    def object_to_tensor(obj, device, group):
+        with unset_fake_temporarily():
+            return to_tensor(obj, device, group)
+
+    def tensor_to_object(tensor, tensor_size, group):
+        with unset_fake_temporarily():
+            return to_object(tensor, tensor_size, group)
+
+    c10d._object_to_tensor, c10d._tensor_to_object = object_to_tensor, tensor_to_object
+
+
+def _wait_for_reducer_buckets(comm: "RankComm") -> None:
+    """DDP's C++ reducer waits for its bucket all-reduces (CUDA futures) when backward
+    finishes, which makes the compute stream wait for them. Those waits are invisible here,
+    so they happen when `backward()` returns, and before an optimizer step at the latest."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    real_backward = torch.autograd.backward
+
+    def backward(*args, **kwargs):
+        result = real_backward(*args, **kwargs)
+        if comm.unwaited:
+            comm.wait_unwaited()
+        return result
+
+    torch.autograd.backward = backward
+    register_optimizer_step_pre_hook(
+        lambda optimizer, args, kwargs: comm.wait_unwaited() if comm.unwaited else None)
