@@ -257,6 +257,7 @@ class Simulation:
         stream_id = self._current_stream_id()
         self._track_outputs(out, stream_id)
         if func in _H2D_OPS and self._is_host_to_device(func, args, kwargs, stream_id):
+            data_reads.propagate_hint(func, args, out)  # a small CPU value keeps its value
             return
         cost = self.cost_model.estimate(func, args, kwargs, out)
         if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:

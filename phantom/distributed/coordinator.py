@@ -15,6 +15,7 @@ with both call sites as soon as the second one arrives.
 from __future__ import annotations
 
 import threading
+import traceback
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from typing import Callable
@@ -95,13 +96,21 @@ class Coordinator:
                     else:
                         self._check_deadlock()
                 return
-            tag = msg[0]
-            if tag == "requests":
-                self._on_requests(rank, msg[1])
-            elif tag == "done":
+            try:
+                self._on_message(rank, msg)
+            except Exception:  # a bug here must end the run, never leave ranks waiting
                 with self._lock:
-                    self._ranks[rank].finished = True
-                    self._check_deadlock()
+                    self._fail("internal error in phantom's coordinator:\n" + traceback.format_exc())
+                return
+
+    def _on_message(self, rank: int, msg: tuple) -> None:
+        tag = msg[0]
+        if tag == "requests":
+            self._on_requests(rank, msg[1])
+        elif tag == "done":
+            with self._lock:
+                self._ranks[rank].finished = True
+                self._check_deadlock()
 
     # -- matching -------------------------------------------------------------------------
     def _on_requests(self, rank: int, requests: list[Request]) -> None:

@@ -12,6 +12,8 @@ coordinator, every member gets all payloads and computes its own result here, wi
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from functools import reduce as _fold
 from typing import TYPE_CHECKING, Any, Callable
@@ -22,6 +24,7 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work
 from torch._subclasses.fake_tensor import FakeTensor
 
 from phantom.distributed.comm import Completed, GroupInfo, Op
+from phantom.interception.data_reads import HINT_ATTR
 from phantom.distributed.wire import pack_tensor, unpack_tensor
 
 if TYPE_CHECKING:
@@ -161,7 +164,28 @@ def _op_name(op) -> str:
     return str(op).rsplit(".", 1)[-1]
 
 
-def _combine(op_name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
+def _combine(op_name: str, values: list):
+    """Reduce the members' values: real CPU tensors, or Python numbers (value hints)."""
+    if all(isinstance(v, (int, float, bool)) for v in values):
+        return _combine_numbers(op_name, values)
+    return _combine_tensors(op_name, values)
+
+
+def _combine_numbers(op_name: str, values: list):
+    if op_name in ("SUM", "PREMUL_SUM"):
+        return sum(values)
+    if op_name == "AVG":
+        return sum(values) / len(values)
+    if op_name == "PRODUCT":
+        return _fold(lambda a, b: a * b, values)
+    if op_name == "MIN":
+        return min(values)
+    if op_name == "MAX":
+        return max(values)
+    return values[0] if len(set(values)) == 1 else None
+
+
+def _combine_tensors(op_name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
     if op_name in ("SUM", "PREMUL_SUM"):
         return _fold(torch.add, tensors)
     if op_name == "AVG":
@@ -183,14 +207,53 @@ def _combine(op_name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _payload(tensors) -> list | None:
-    if tensors and all(_is_real(t) for t in tensors):
+    """What a member contributes: real CPU data, or the known uniform values of fake CUDA
+    tensors (e.g. a pipeline stage's vote, a flag made by torch.tensor([1], device=...));
+    None when the values are unknown."""
+    if not tensors:
+        return None
+    if all(_is_real(t) for t in tensors):
         return [pack_tensor(t) for t in tensors]
+    hints = [getattr(t, HINT_ATTR, None) for t in tensors]
+    if all(h is not None for h in hints):
+        return [("hint", h) for h in hints]
     return None
 
 
-def _copy_into(dst: torch.Tensor, src: torch.Tensor) -> None:
-    with torch.no_grad():
-        dst.copy_(src.reshape(dst.shape).to(dst.dtype))
+def _everyone_sent(done: Completed, pg: "PhantomProcessGroup") -> bool:
+    return all(r in done.result.payloads for r in pg.info.members)
+
+
+def _value(packed):
+    """A payload entry as a real tensor, or a Python number for a value hint."""
+    if isinstance(packed, tuple) and packed and packed[0] == "hint":
+        return packed[1]
+    return unpack_tensor(packed)
+
+
+def _concat(values: list):
+    if all(isinstance(v, (int, float, bool)) for v in values):
+        return values[0] if len(set(values)) == 1 else None
+    return torch.cat([v.reshape(-1) for v in values])
+
+
+def _chunk(value, n: int, i: int):
+    return value if isinstance(value, (int, float, bool)) else value.reshape(-1).chunk(n)[i]
+
+
+def _copy_into(dst: torch.Tensor, src) -> None:
+    if src is None:
+        return
+    if isinstance(src, (int, float, bool)):
+        if _is_real(dst):
+            with torch.no_grad():
+                dst.fill_(src)
+        else:
+            setattr(dst, HINT_ATTR, src)
+        return
+    if _is_real(dst):
+        with torch.no_grad():
+            dst.copy_(src.reshape(dst.shape).to(dst.dtype))
 
 
 # -- the process group ------------------------------------------------------------------
@@ -230,12 +293,18 @@ class PhantomProcessGroup(ProcessGroup):
     def _get_sequence_number_for_group(self) -> int:
         return 0
 
-    def _set_group_name(self, name: str) -> None:
-        super()._set_group_name(name)
+    # The C++ base reads names from its backends, which this group has none of; pybind's
+    # trampoline routes these four virtuals here.
+    def getGroupName(self) -> str:  # noqa: N802
+        return self.info.name
+
+    def setGroupName(self, name: str) -> None:  # noqa: N802
         self.info.name = name
 
-    def _set_group_desc(self, desc: str) -> None:
-        super()._set_group_desc(desc)
+    def getGroupDesc(self) -> str:  # noqa: N802
+        return self.info.desc
+
+    def setGroupDesc(self, desc: str) -> None:  # noqa: N802
         self.info.desc = desc
 
     def abort(self) -> None:
@@ -287,10 +356,10 @@ class PhantomProcessGroup(ProcessGroup):
         payload = _payload(tensors)
 
         def finish(done: Completed) -> None:
-            if payload is not None:
+            if payload is not None and _everyone_sent(done, self):
                 members = done.result.payloads
                 for i, t in enumerate(tensors):
-                    _copy_into(t, _combine(op_name, [unpack_tensor(members[r][i]) for r in sorted(members)]))
+                    _copy_into(t, _combine(op_name, [_value(members[r][i]) for r in sorted(members)]))
 
         return self._issue(Op("all_reduce", sum(map(_nbytes, tensors)), _sig(tensors, op_name),
                               payload=payload, dtype_bytes=tensors[0].element_size()),
@@ -309,7 +378,7 @@ class PhantomProcessGroup(ProcessGroup):
             sent = done.result.payloads.get(root)
             if sent is not None and me != root:
                 for t, p in zip(tensors, sent):
-                    _copy_into(t, unpack_tensor(p))
+                    _copy_into(t, _value(p))
 
         return self._issue(Op("broadcast", sum(map(_nbytes, tensors)), _sig(tensors), root=root,
                               payload=payload), finish, list(tensors))
@@ -321,10 +390,10 @@ class PhantomProcessGroup(ProcessGroup):
         me = dist.get_rank()
 
         def finish(done: Completed) -> None:
-            if payload is not None and me == root:
+            if payload is not None and me == root and _everyone_sent(done, self):
                 members = done.result.payloads
                 for i, t in enumerate(tensors):
-                    _copy_into(t, _combine(op_name, [unpack_tensor(members[r][i]) for r in sorted(members)]))
+                    _copy_into(t, _combine(op_name, [_value(members[r][i]) for r in sorted(members)]))
 
         return self._issue(Op("reduce", sum(map(_nbytes, tensors)), _sig(tensors, op_name),
                               root=root, payload=payload), finish, list(tensors))
@@ -334,9 +403,9 @@ class PhantomProcessGroup(ProcessGroup):
         payload = _payload(input_tensors)
 
         def finish(done: Completed) -> None:
-            if payload is not None:
+            if payload is not None and _everyone_sent(done, self):
                 for out, r in zip(outs, self.info.members):
-                    _copy_into(out, unpack_tensor(done.result.payloads[r][0]))
+                    _copy_into(out, _value(done.result.payloads[r][0]))
 
         nbytes = _nbytes(input_tensors[0]) * self.size()
         return self._issue(Op("all_gather", nbytes, _sig(input_tensors), payload=payload),
@@ -351,10 +420,10 @@ class PhantomProcessGroup(ProcessGroup):
         payload = _payload(inputs)
 
         def finish(done: Completed) -> None:
-            if payload is not None:
+            if payload is not None and _everyone_sent(done, self):
                 for i, out in enumerate(outputs):
-                    parts = [unpack_tensor(done.result.payloads[r][i]).reshape(-1) for r in self.info.members]
-                    _copy_into(out, torch.cat(parts))
+                    parts = [_value(done.result.payloads[r][i]) for r in self.info.members]
+                    _copy_into(out, _concat(parts))
 
         nbytes = sum(map(_nbytes, outputs))
         return self._issue(Op("all_gather", nbytes, _sig(inputs), payload=payload), finish,
@@ -372,8 +441,8 @@ class PhantomProcessGroup(ProcessGroup):
         me = self.rank()
 
         def finish(done: Completed) -> None:
-            if payload is not None:
-                mine = [unpack_tensor(done.result.payloads[r][me]) for r in self.info.members]
+            if payload is not None and _everyone_sent(done, self):
+                mine = [_value(done.result.payloads[r][me]) for r in self.info.members]
                 _copy_into(output_tensors[0], _combine(op_name, mine))
 
         return self._issue(Op("reduce_scatter", sum(map(_nbytes, inputs)), _sig(inputs, op_name),
@@ -390,10 +459,10 @@ class PhantomProcessGroup(ProcessGroup):
         me, n = self.rank(), self.size()
 
         def finish(done: Completed) -> None:
-            if payload is not None:
+            if payload is not None and _everyone_sent(done, self):
                 for i, out in enumerate(outputs):
-                    full = [unpack_tensor(done.result.payloads[r][i]).reshape(-1) for r in self.info.members]
-                    _copy_into(out, _combine(op_name, [f.chunk(n)[me] for f in full]))
+                    full = [_value(done.result.payloads[r][i]) for r in self.info.members]
+                    _copy_into(out, _combine(op_name, [_chunk(f, n, me) for f in full]))
 
         return self._issue(Op("reduce_scatter", sum(map(_nbytes, inputs)), _sig(inputs, op_name),
                               payload=payload), finish, list(outputs))
@@ -411,13 +480,14 @@ class PhantomProcessGroup(ProcessGroup):
             payload.append(splits)
 
         def finish(done: Completed) -> None:
-            if payload is not None:
+            if payload is not None and _everyone_sent(done, self):
                 chunks = []
                 for r in self.info.members:
                     data, their_splits = done.result.payloads[r]
-                    t = unpack_tensor(data)
-                    chunks.append(t.split([int(s) for s in their_splits])[me])
-                _copy_into(output, torch.cat(chunks))
+                    t = _value(data)
+                    chunks.append(t if isinstance(t, (int, float, bool))
+                                  else t.split([int(s) for s in their_splits])[me])
+                _copy_into(output, _concat(chunks))
 
         return self._issue(Op("all_to_all", _nbytes(input), _sig([], str(input.dtype)),
                               transfers=transfers, payload=payload), finish, [output])
@@ -431,9 +501,9 @@ class PhantomProcessGroup(ProcessGroup):
         me = self.rank()
 
         def finish(done: Completed) -> None:
-            if payload is not None:
+            if payload is not None and _everyone_sent(done, self):
                 for out, r in zip(output_tensors, self.info.members):
-                    _copy_into(out, unpack_tensor(done.result.payloads[r][me]))
+                    _copy_into(out, _value(done.result.payloads[r][me]))
 
         return self._issue(Op("all_to_all", sum(map(_nbytes, input_tensors)), _sig([]),
                               transfers=transfers, payload=payload), finish, list(output_tensors))
@@ -444,9 +514,9 @@ class PhantomProcessGroup(ProcessGroup):
         me = dist.get_rank()
 
         def finish(done: Completed) -> None:
-            if payload is not None and me == root:
+            if payload is not None and me == root and _everyone_sent(done, self):
                 for out, r in zip(output_tensors[0], self.info.members):
-                    _copy_into(out, unpack_tensor(done.result.payloads[r][0]))
+                    _copy_into(out, _value(done.result.payloads[r][0]))
 
         return self._issue(Op("gather", _nbytes(input_tensors[0]) * self.size(), _sig(input_tensors),
                               root=root, payload=payload), finish,
@@ -461,7 +531,7 @@ class PhantomProcessGroup(ProcessGroup):
         def finish(done: Completed) -> None:
             sent = done.result.payloads.get(root)
             if sent is not None:
-                _copy_into(output_tensors[0], unpack_tensor(sent[my_index]))
+                _copy_into(output_tensors[0], _value(sent[my_index]))
 
         nbytes = _nbytes(output_tensors[0]) * self.size()
         return self._issue(Op("scatter", nbytes, _sig(output_tensors), root=root, payload=payload),
@@ -489,7 +559,7 @@ class PhantomProcessGroup(ProcessGroup):
             sent = done.result.payloads.get(peer)
             if real and sent is not None:
                 for t, p in zip(tensors, sent):
-                    _copy_into(t, unpack_tensor(p))
+                    _copy_into(t, _value(p))
 
         op = Op("send_recv", sum(map(_nbytes, tensors)), _sig(tensors, tag), peer=peer)
         return self._issue(op, finish, list(tensors))
@@ -515,6 +585,44 @@ def install(comm: "RankComm") -> None:
     c10d.default_pg_nccl_timeout = c10d.default_pg_timeout
     _real_payloads_for_object_collectives(c10d)
     _wait_for_reducer_buckets(comm)
+    dist._verify_params_across_processes = _verify_params_across_processes
+    dist.Logger = _ddp_logger_class(dist.Logger)
+
+
+def _ddp_logger_class(real_logger: type) -> type:
+    """DDP's C++ logger samples the reducer's CUDA timer, which only a CUDA build of torch
+    registers (reducer_cuda.cpp): on a CPU build the runtime-stats call asserts. Those
+    stats only feed DDP's own usage logging, so that one call is skipped."""
+
+    class Logger:
+        def __init__(self, reducer) -> None:
+            self._real = real_logger(reducer)
+
+        def set_runtime_stats_and_log(self) -> None:
+            pass
+
+        def __getattr__(self, name: str):
+            return getattr(self._real, name)
+
+    return Logger
+
+
+def _verify_params_across_processes(process_group, tensors, logger=None) -> None:
+    """DDP's start-up check that every rank has the same parameters. The C++ original
+    all-gathers the shapes in CUDA tensors, whose values are fake here; the same check on
+    real CPU payloads (object all-gather of the shapes)."""
+    shapes = [tuple(t.shape) for t in tensors]
+    everyone: list = [None] * dist.get_world_size(process_group)
+    dist.all_gather_object(everyone, shapes, group=process_group)
+    for rank, theirs in enumerate(everyone):
+        if len(theirs) != len(shapes):
+            raise RuntimeError(f"DDP expects same model across all ranks, but Rank "
+                               f"{dist.get_rank(process_group)} has {len(shapes)} params, while "
+                               f"rank {rank} has inconsistent {len(theirs)} params.")
+        for i, (a, b) in enumerate(zip(shapes, theirs)):
+            if a != b:
+                raise RuntimeError(f"DDP expects same model across all ranks, but parameter "
+                                   f"{i} has shape {list(a)} here and {list(b)} on rank {rank}.")
 
 
 def _real_payloads_for_object_collectives(c10d) -> None:
@@ -534,6 +642,24 @@ def _real_payloads_for_object_collectives(c10d) -> None:
             return to_object(tensor, tensor_size, group)
 
     c10d._object_to_tensor, c10d._tensor_to_object = object_to_tensor, tensor_to_object
+    # Callers may name a CUDA device for the pickled bytes (pipelining does); the bytes
+    # must stay real, so they always travel in CPU tensors.
+    for name in ("send_object_list", "recv_object_list", "broadcast_object_list"):
+        wrapped = _on_cpu(getattr(c10d, name))
+        setattr(c10d, name, wrapped)
+        setattr(dist, name, wrapped)
+
+
+def _on_cpu(fn):
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.arguments["device"] = torch.device("cpu")
+        return fn(*bound.args, **bound.kwargs)
+
+    return wrapper
 
 
 def _wait_for_reducer_buckets(comm: "RankComm") -> None:

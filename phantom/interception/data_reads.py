@@ -17,6 +17,8 @@ from __future__ import annotations
 import traceback
 from typing import Any
 
+import operator
+
 import torch
 
 aten = torch.ops.aten
@@ -49,6 +51,14 @@ _HINT_PASSTHROUGH = {
     aten._unsafe_view.default, aten.sum.default,
 }
 
+_ARITHMETIC = {
+    aten.mul.Tensor: operator.mul, aten.mul.Scalar: operator.mul,
+    aten.add.Tensor: operator.add, aten.add.Scalar: operator.add,
+    aten.sub.Tensor: operator.sub, aten.sub.Scalar: operator.sub,
+    aten.div.Tensor: operator.truediv, aten.div.Scalar: operator.truediv,
+    aten.minimum.default: min, aten.maximum.default: max,
+}
+
 
 class DataReadError(RuntimeError):
     pass
@@ -63,6 +73,16 @@ def propagate_hint(func: Any, args: tuple, out: Any) -> None:
         hint = getattr(src, HINT_ATTR, None)
         if hint is None and func is aten._to_copy.default and _is_real_scalar(src):
             hint = src.item()  # a real one-element CPU tensor moved to the GPU: value known
+    elif func in _ARITHMETIC:
+        # Elementwise arithmetic on uniform tensors (or Python scalars) is uniform.
+        a, b = (x if isinstance(x, (int, float, bool)) else getattr(x, HINT_ATTR, None)
+                for x in args[:2])
+        if a is None or b is None:
+            return
+        try:
+            hint = _ARITHMETIC[func](a, b)
+        except ZeroDivisionError:
+            return
     elif func is aten.logical_not.default:
         hint = getattr(args[0], HINT_ATTR, None)
         hint = None if hint is None else not hint

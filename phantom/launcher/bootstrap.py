@@ -5,8 +5,10 @@ simulation must be installed before the user's script imports anything.
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -77,6 +79,8 @@ def _finish_distributed(sim, exit_code: int) -> int:
 
 def main() -> int:
     config = RunConfig.from_json(os.environ[ENV_VAR])
+    # `kill -USR1 <pid>` prints where a rank is, for a run that seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     real_clock = time.perf_counter  # the simulation replaces time.perf_counter below
     wall_start = real_clock()
 

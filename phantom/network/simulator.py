@@ -162,7 +162,10 @@ class NetworkSimulator:
                 if r == math.inf:  # no link in its way: a local copy
                     remaining[i] = 0.0
                     continue
-                remaining[i] -= r * dt
+                finishes = r > 0 and t + remaining[i] / r <= t_next
+                # A flow whose finish set t_next is done; subtracting r * dt instead can leave
+                # a residue below the float resolution of t, and the loop would never end.
+                remaining[i] = 0.0 if finishes else remaining[i] - r * dt
                 for l, w in entities[i].weights.items():
                     load[l] = load.get(l, 0.0) + w * r
                 if remaining[i] > _DONE_FRACTION * entities[i].volume:
