@@ -258,6 +258,8 @@ class Simulation:
         self._track_outputs(out, stream_id)
         if func in _H2D_OPS and self._is_host_to_device(func, args, kwargs, stream_id):
             data_reads.propagate_hint(func, args, out)  # a small CPU value keeps its value
+            src = args[0] if func is torch.ops.aten._to_copy.default else args[1]
+            data_reads.set_shadow(out if func is torch.ops.aten._to_copy.default else args[0], src)
             return
         cost = self.cost_model.estimate(func, args, kwargs, out)
         if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:

@@ -24,7 +24,7 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work
 from torch._subclasses.fake_tensor import FakeTensor
 
 from phantom.distributed.comm import Completed, GroupInfo, Op
-from phantom.interception.data_reads import HINT_ATTR
+from phantom.interception.data_reads import HINT_ATTR, set_shadow, shadow_of
 from phantom.distributed.wire import pack_tensor, unpack_tensor
 
 if TYPE_CHECKING:
@@ -214,6 +214,9 @@ def _payload(tensors) -> list | None:
         return None
     if all(_is_real(t) for t in tensors):
         return [pack_tensor(t) for t in tensors]
+    shadows = [shadow_of(t) for t in tensors]
+    if all(v is not None for v in shadows):
+        return [pack_tensor(v) for v in shadows]
     hints = [getattr(t, HINT_ATTR, None) for t in tensors]
     if all(h is not None for h in hints):
         return [("hint", h) for h in hints]
@@ -254,6 +257,8 @@ def _copy_into(dst: torch.Tensor, src) -> None:
     if _is_real(dst):
         with torch.no_grad():
             dst.copy_(src.reshape(dst.shape).to(dst.dtype))
+    else:
+        set_shadow(dst, src)
 
 
 # -- the process group ------------------------------------------------------------------

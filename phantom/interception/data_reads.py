@@ -24,6 +24,10 @@ import torch
 aten = torch.ops.aten
 
 HINT_ATTR = "_phantom_value_hint"
+# Small CUDA tensors copied from real CPU data keep that data here ("shadow"), so metadata a
+# framework ships through the GPU (DDP's bucket indices, shape exchanges) reads back right.
+SHADOW_ATTR = "_phantom_shadow"
+SHADOW_MAX_NUMEL = 1 << 16
 
 # Finiteness checks and their healthy answers. Several of them decompose into generic
 # comparisons before reaching the dispatcher (isnan is `x != x`), so they are wrapped at
@@ -57,6 +61,12 @@ _ARITHMETIC = {
     aten.sub.Tensor: operator.sub, aten.sub.Scalar: operator.sub,
     aten.div.Tensor: operator.truediv, aten.div.Scalar: operator.truediv,
     aten.minimum.default: min, aten.maximum.default: max,
+}
+
+# Ops whose output holds exactly their first argument's values.
+_SHADOW_PASSTHROUGH = {
+    aten.clone.default, aten.detach.default, aten.alias.default, aten._to_copy.default,
+    aten.view.default, aten.reshape.default, aten._unsafe_view.default, aten.lift_fresh.default,
 }
 
 
@@ -99,6 +109,20 @@ def propagate_hint(func: Any, args: tuple, out: Any) -> None:
         return
     if hint is not None and isinstance(out, torch.Tensor):
         setattr(out, HINT_ATTR, hint)
+    if func in _SHADOW_PASSTHROUGH and args and isinstance(out, torch.Tensor):
+        set_shadow(out, getattr(args[0], SHADOW_ATTR, None))
+
+
+def set_shadow(t: torch.Tensor, values: torch.Tensor | None) -> None:
+    """Give fake tensor `t` the real values `values` (CPU), if they fit its shape."""
+    if values is None or values.numel() != t.numel() or t.numel() > SHADOW_MAX_NUMEL:
+        return
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        setattr(t, SHADOW_ATTR, values.detach().reshape(tuple(t.shape)).to(t.dtype).clone())
+
+
+def shadow_of(t: torch.Tensor) -> torch.Tensor | None:
+    return getattr(t, SHADOW_ATTR, None)
 
 
 def _is_real_scalar(t: Any) -> bool:
@@ -127,6 +151,9 @@ def install_hint_sources() -> None:
 
 
 def placeholder_scalar(t: torch.Tensor) -> bool | int | float | complex:
+    shadow = getattr(t, SHADOW_ATTR, None)
+    if shadow is not None and shadow.numel() == 1:
+        return shadow.item()
     hint = getattr(t, HINT_ATTR, None)
     if t.dtype == torch.bool:
         return bool(hint) if hint is not None else False
@@ -138,7 +165,11 @@ def placeholder_scalar(t: torch.Tensor) -> bool | int | float | complex:
 
 
 def placeholder_cpu_tensor(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A real CPU tensor with t's shape, filled with the placeholder value."""
+    """A real CPU tensor with t's shape: its shadow values if it has them, else filled with
+    the placeholder value."""
+    shadow = getattr(t, SHADOW_ATTR, None)
+    if shadow is not None:
+        return shadow.to(dtype or t.dtype).clone()
     value = placeholder_scalar(t)
     return torch.full(tuple(t.shape), value, dtype=dtype or t.dtype, device="cpu")
 

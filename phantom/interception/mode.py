@@ -173,7 +173,11 @@ class PhantomMode(FakeTensorMode):
             self.sim.on_data_read(src, blocking=not (len(args) > 2 and args[2]),
                                   what="a device-to-host copy_()")
             with torch._subclasses.fake_tensor.unset_fake_temporarily():
-                dst.fill_(data_reads.placeholder_scalar(src))
+                shadow = data_reads.shadow_of(src)
+                if shadow is not None and shadow.numel() == dst.numel():
+                    dst.copy_(shadow.reshape(dst.shape))
+                else:
+                    dst.fill_(data_reads.placeholder_scalar(src))
             return dst
         return _NOT_A_READ
 
