@@ -59,12 +59,34 @@ def test_script_args_are_not_taken_as_phantom_options(tmp_path):
     assert config.module == "pkg.mod" and config.args == ["--x", "1"]
 
 
-def test_nproc_per_node_is_accepted_for_one_rank(tmp_path):
+def test_distributed_options_resolve_the_cluster(tmp_path):
     s = tmp_path / "s.py"
     s.write_text("")
-    assert parse_run_args(["--nproc-per-node", "1", str(s)]).nproc_per_node == 1
-    with pytest.raises(UsageError, match="not implemented yet"):
-        parse_run_args(["--nproc-per-node", "8", str(s)])
+    config = parse_run_args(["--nproc-per-node", "8", str(s)])
+    assert config.distributed and config.world_size == 8 and config.gpu == "H100"
+    config = parse_run_args(["--cluster", "h200-ib", "--nnodes", "2", str(s)])
+    assert (config.nnodes, config.nproc_per_node, config.gpu) == (2, 8, "H200")
+    assert not parse_run_args([str(s)]).distributed  # plain `phantom run` is `python`
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--nproc-per-node", "9"], "have 8 GPUs"),
+    (["--nnodes", "2"], "single node without a network"),
+    (["--cluster", "h100-xyz"], "h100-ib"),
+    (["--nproc-per-node", "0"], ">= 1"),
+])
+def test_bad_cluster_options_are_clear_errors(tmp_path, argv, message):
+    s = tmp_path / "s.py"
+    s.write_text("")
+    with pytest.raises(UsageError, match=message):
+        parse_run_args([*argv, str(s)])
+
+
+def test_clusters_lists_the_presets():
+    proc = run_phantom(["clusters"])
+    assert proc.returncode == 0
+    for name in ("h100-ib", "h200-ib", "a100-ib", "nvlink-node"):
+        assert name in proc.stdout
 
 
 def test_argv_main_cwd_stdout_and_exit_code(run_script, tmp_path):

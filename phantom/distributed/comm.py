@@ -76,7 +76,21 @@ class RankComm:
         self.collectives = 0
         self.comm_gpu_ns = 0.0
         self._deferred: list[tuple] = []
+        self._depth = 0
         self.unwaited: set = set()  # works whose future went to C++ (DDP), not yet waited
+
+    # -- phantom's own time ---------------------------------------------------------------
+    def enter(self) -> None:
+        """Entering phantom's collective code: the host time until here was the user's;
+        from here until `leave`, it is phantom's (not charged). Calls nest."""
+        if self._depth == 0:
+            self.sim.begin_op()
+        self._depth += 1
+
+    def leave(self) -> None:
+        self._depth -= 1
+        if self._depth == 0:
+            self.sim.end_op()
 
     def nccl_stream(self, group: GroupInfo) -> int:
         sid = self._streams.get(group.name)
@@ -90,13 +104,13 @@ class RankComm:
         resolve it with the coordinator. Deferred point-to-point ops go first."""
         self.flush()
         sim = self.sim
-        sim.begin_op()
+        self.enter()
         try:
             ready = self._launch(group)
             batch = [(group, op, ready) for op in ops]
             return self._resolve(batch, finishes or [None] * len(ops))[0]
         finally:
-            sim.end_op()
+            self.leave()
 
     def defer(self, group: GroupInfo, op: Op,
               finish: Callable[[Completed], None] | None) -> "Deferred":
@@ -104,27 +118,27 @@ class RankComm:
         result is first needed. Both sides of a pair may post their sends first (as
         `batch_isend_irecv` does without coalescing), so blocking here could deadlock."""
         sim = self.sim
-        sim.begin_op()
+        self.enter()
         try:
             handle = Deferred(self)
             self._deferred.append((group, op, self._launch(group), finish, handle))
             return handle
         finally:
-            sim.end_op()
+            self.leave()
 
     def flush(self) -> None:
         if not self._deferred:
             return
         pending, self._deferred = self._deferred, []
         sim = self.sim
-        sim.begin_op()
+        self.enter()
         try:
             done = self._resolve([(g, op, ready) for g, op, ready, _, _ in pending],
                                  [f for _, _, _, f, _ in pending])
             for (_, _, _, _, handle), completed in zip(pending, done):
                 handle.completed = completed
         finally:
-            sim.end_op()
+            self.leave()
 
     def _launch(self, group: GroupInfo) -> float:
         """Host side of an NCCL launch; returns when the NCCL stream can start it."""
@@ -163,16 +177,16 @@ class RankComm:
     # -- waits (from SimWork) -------------------------------------------------------------
     def stream_waits_until(self, end_ns: float) -> None:
         sim = self.sim
-        sim.begin_op()
+        self.enter()
         s = sim.timeline.stream(sim._current_stream_id())
         s.ready_ns = max(s.ready_ns, end_ns)
-        sim.end_op()
+        self.leave()
 
     def host_waits_until(self, end_ns: float) -> None:
         sim = self.sim
-        sim.begin_op()
+        self.enter()
         sim.timeline.host_ns = max(sim.timeline.host_ns, end_ns)
-        sim.end_op()
+        self.leave()
 
     def host_reached(self, end_ns: float) -> bool:
         return self.sim.host_now_ns() >= end_ns

@@ -79,6 +79,19 @@ def _unsupported(func):
 
 def handle(mode, func, types, args: tuple, kwargs: dict):
     """Run a collective op under `mode` (a PhantomMode) and issue it on its group."""
+    from phantom.distributed import process_group
+
+    comm = process_group._COMM
+    if comm is None:
+        raise _unsupported(func)
+    comm.enter()
+    try:
+        return _handle(mode, func, types, args, kwargs)
+    finally:
+        comm.leave()
+
+
+def _handle(mode, func, types, args: tuple, kwargs: dict):
     packet = func._overloadpacket
     if func.namespace == "c10d":
         if packet is torch.ops.c10d.check_for_nan:

@@ -261,6 +261,21 @@ def _copy_into(dst: torch.Tensor, src) -> None:
         set_shadow(dst, src)
 
 
+def _phantom_time(method):
+    """The collective's Python here is phantom's work, not the script's host time (a real
+    ProcessGroupNCCL does it in C++, charged as COLLECTIVE_HOST_NS)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        _COMM.enter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            _COMM.leave()
+
+    return wrapper
+
+
 # -- the process group ------------------------------------------------------------------
 class PhantomProcessGroup(ProcessGroup):
     Options = _Options
@@ -343,6 +358,7 @@ class PhantomProcessGroup(ProcessGroup):
     def _start_coalescing(self, device=None) -> None:
         self._coalescing = []
 
+    @_phantom_time
     def _end_coalescing(self, device=None) -> SimWork:
         ops, self._coalescing = self._coalescing or [], None
         comm = _COMM
@@ -354,6 +370,7 @@ class PhantomProcessGroup(ProcessGroup):
         return SimWork(comm, lambda: done)
 
     # collectives ------------------------------------------------------------------------
+    @_phantom_time
     def allreduce(self, tensors, opts=None):
         if not isinstance(tensors, (list, tuple)):
             tensors = [tensors]
@@ -372,6 +389,7 @@ class PhantomProcessGroup(ProcessGroup):
 
     allreduce_coalesced = allreduce
 
+    @_phantom_time
     def broadcast(self, tensors, opts=None):
         if not isinstance(tensors, (list, tuple)):
             tensors = [tensors]
@@ -388,6 +406,7 @@ class PhantomProcessGroup(ProcessGroup):
         return self._issue(Op("broadcast", sum(map(_nbytes, tensors)), _sig(tensors), root=root,
                               payload=payload), finish, list(tensors))
 
+    @_phantom_time
     def reduce(self, tensors, opts=None):
         root = self._member(opts.rootRank)
         op_name = _op_name(opts.reduceOp)
@@ -403,6 +422,7 @@ class PhantomProcessGroup(ProcessGroup):
         return self._issue(Op("reduce", sum(map(_nbytes, tensors)), _sig(tensors, op_name),
                               root=root, payload=payload), finish, list(tensors))
 
+    @_phantom_time
     def allgather(self, output_tensors, input_tensors, opts=None):
         outs = output_tensors[0]
         payload = _payload(input_tensors)
@@ -421,6 +441,7 @@ class PhantomProcessGroup(ProcessGroup):
 
     _allgather_base = all_gather_single
 
+    @_phantom_time
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         payload = _payload(inputs)
 
@@ -439,6 +460,7 @@ class PhantomProcessGroup(ProcessGroup):
     def allgather_coalesced(self, output_lists, input_list, opts=None):
         return self.allgather([sum(output_lists, [])], input_list, opts)
 
+    @_phantom_time
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         op_name = _op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
         inputs = input_tensors[0]
@@ -458,6 +480,7 @@ class PhantomProcessGroup(ProcessGroup):
 
     _reduce_scatter_base = reduce_scatter_single
 
+    @_phantom_time
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         op_name = _op_name(opts.reduceOp if opts is not None else ReduceOp.SUM)
         payload = _payload(inputs)
@@ -474,6 +497,7 @@ class PhantomProcessGroup(ProcessGroup):
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
+    @_phantom_time
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n, me = self.size(), self.rank()
         row = _nbytes(input) // max(input.shape[0], 1) if input.dim() else _nbytes(input)
@@ -499,6 +523,7 @@ class PhantomProcessGroup(ProcessGroup):
 
     alltoall_base = all_to_all_single
 
+    @_phantom_time
     def alltoall(self, output_tensors, input_tensors, opts=None):
         transfers = tuple((dist.get_rank(), peer, _nbytes(t))
                           for peer, t in zip(self.info.members, input_tensors) if peer != dist.get_rank())
@@ -513,6 +538,7 @@ class PhantomProcessGroup(ProcessGroup):
         return self._issue(Op("all_to_all", sum(map(_nbytes, input_tensors)), _sig([]),
                               transfers=transfers, payload=payload), finish, list(output_tensors))
 
+    @_phantom_time
     def gather(self, output_tensors, input_tensors, opts=None):
         root = self._member(opts.rootRank)
         payload = _payload(input_tensors)
@@ -527,6 +553,7 @@ class PhantomProcessGroup(ProcessGroup):
                               root=root, payload=payload), finish,
                            [output_tensors[0] if output_tensors else []])
 
+    @_phantom_time
     def scatter(self, output_tensors, input_tensors, opts=None):
         root = self._member(opts.rootRank)
         me = dist.get_rank()
@@ -542,6 +569,7 @@ class PhantomProcessGroup(ProcessGroup):
         return self._issue(Op("scatter", nbytes, _sig(output_tensors), root=root, payload=payload),
                            finish, list(output_tensors))
 
+    @_phantom_time
     def barrier(self, opts=None):
         # ProcessGroupNCCL runs a barrier as a one-element all-reduce and blocks the host.
         return self._issue(Op("all_reduce", 4, ("barrier",)), None, [], blocks_host=True)
@@ -550,12 +578,14 @@ class PhantomProcessGroup(ProcessGroup):
         self.barrier().wait()
 
     # point to point ----------------------------------------------------------------------
+    @_phantom_time
     def send(self, tensors, dst: int, tag: int = 0):
         peer = self._member(dst)
         op = Op("send_recv", sum(map(_nbytes, tensors)), _sig(tensors, tag), peer=peer,
                 is_send=True, payload=_payload(tensors))
         return self._issue(op, None, list(tensors))
 
+    @_phantom_time
     def recv(self, tensors, src: int, tag: int = 0):
         peer = self._member(src)
         real = _payload(tensors) is not None

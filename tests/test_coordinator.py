@@ -1,0 +1,103 @@
+"""The coordinator in-process: matching, timing hand-off, mismatch and deadlock diagnosis."""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+
+from phantom.distributed.client import CoordinatorAborted, CoordinatorClient
+from phantom.distributed.coordinator import Coordinator
+from phantom.distributed.wire import ENV_ADDRESS, ENV_AUTHKEY, Request
+
+
+def _schedule(requests, ready):
+    # 1 ns per byte after the last member is ready: easy to check by hand.
+    return ready, ready + requests[0].nbytes, "ring", "Simple", 4
+
+
+@pytest.fixture
+def clients(tmp_path, monkeypatch):
+    def make(world: int):
+        address = str(tmp_path / "c.sock")
+        key = os.urandom(8)
+        coord = Coordinator(world, address, key, _schedule)
+        coord.start()
+        monkeypatch.setenv(ENV_ADDRESS, address)
+        monkeypatch.setenv(ENV_AUTHKEY, key.hex())
+        return coord, [CoordinatorClient(r) for r in range(world)]
+    return make
+
+
+def _req(rank, key, kind="all_reduce", members=(0, 1), nbytes=100, ready=0.0, site="x.py:1"):
+    return Request(key=key, rank=rank, kind=kind, members=members, nbytes=nbytes,
+                   signature=(nbytes,), ready_ns=ready, host_ns=ready, site=site)
+
+
+def _in_threads(*calls):
+    out, threads = [None] * len(calls), []
+    for i, fn in enumerate(calls):
+        def run(i=i, fn=fn):
+            try:
+                out[i] = fn()
+            except Exception as e:  # noqa: BLE001 - the test inspects it
+                out[i] = e
+        threads.append(threading.Thread(target=run))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    return out
+
+
+def test_collective_starts_when_the_last_member_is_ready(clients):
+    coord, (c0, c1) = clients(2)
+    r0, r1 = _in_threads(lambda: c0.exchange([_req(0, ("g", 1), ready=10.0)]),
+                         lambda: c1.exchange([_req(1, ("g", 1), ready=30.0)]))
+    assert r0[0].start_ns == r1[0].start_ns == 30.0
+    assert r0[0].end_ns == 130.0
+    assert coord.collectives == 1
+
+
+def test_payloads_reach_every_member(clients):
+    _, (c0, c1) = clients(2)
+    a, b = _req(0, ("g", 1)), _req(1, ("g", 1))
+    a.payload, b.payload = "from0", "from1"
+    r0, r1 = _in_threads(lambda: c0.exchange([a]), lambda: c1.exchange([b]))
+    assert r0[0].payloads == r1[0].payloads == {0: "from0", 1: "from1"}
+
+
+def test_mismatch_names_both_call_sites(clients):
+    coord, (c0, c1) = clients(2)
+    r0, r1 = _in_threads(lambda: c0.exchange([_req(0, ("g", 1), nbytes=100, site="a.py:3")]),
+                         lambda: c1.exchange([_req(1, ("g", 1), nbytes=200, site="b.py:7")]))
+    assert isinstance(r0, CoordinatorAborted) and isinstance(r1, CoordinatorAborted)
+    assert "mismatch" in coord.fatal and "a.py:3" in coord.fatal and "b.py:7" in coord.fatal
+
+
+def test_crossed_order_is_reported_as_a_deadlock(clients):
+    coord, (c0, c1) = clients(2)
+    r0, r1 = _in_threads(lambda: c0.exchange([_req(0, ("A", 1), site="a.py:1")]),
+                         lambda: c1.exchange([_req(1, ("B", 1), site="b.py:2")]))
+    assert isinstance(r0, CoordinatorAborted)
+    assert "deadlock" in coord.fatal and "a.py:1" in coord.fatal and "b.py:2" in coord.fatal
+
+
+def test_a_finished_peer_is_reported(clients):
+    coord, (c0, c1) = clients(2)
+    c1.finished()
+    (r0,) = _in_threads(lambda: c0.exchange([_req(0, ("g", 1), site="a.py:9")]))
+    assert isinstance(r0, CoordinatorAborted)
+    assert "already finished" in coord.fatal and "a.py:9" in coord.fatal
+
+
+def test_point_to_point_batches_resolve_together(clients):
+    _, (c0, c1) = clients(2)
+    send01 = _req(0, ("g", "p2p", 0, 1, 1), kind="send_recv", nbytes=50)
+    recv10 = _req(0, ("g", "p2p", 1, 0, 1), kind="send_recv", nbytes=50)
+    send10 = _req(1, ("g", "p2p", 1, 0, 1), kind="send_recv", nbytes=50)
+    recv01 = _req(1, ("g", "p2p", 0, 1, 1), kind="send_recv", nbytes=50)
+    # Both ranks post their send first: batched, this must not deadlock.
+    r0, r1 = _in_threads(lambda: c0.exchange([send01, recv10]),
+                         lambda: c1.exchange([send10, recv01]))
+    assert len(r0) == len(r1) == 2

@@ -1,0 +1,130 @@
+"""Multi-rank runs end to end: `phantom run --nproc-per-node 2` on real scripts."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from conftest import REPO, run_phantom
+from phantom.engine.timeline import Timeline
+from phantom.network import CollectiveOp, NetworkSimulator, load_cluster
+
+COLLECTIVES = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+rank, world = dist.get_rank(), dist.get_world_size()
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+assert dist.get_backend() == "nccl" and world == 2
+assert os.environ["LOCAL_WORLD_SIZE"] == "2" and os.environ["MASTER_ADDR"]
+x = torch.randn(16 * 2**20, device="cuda")  # 64 MiB of fp32
+dist.all_reduce(x); torch.cuda.synchronize()
+t0 = time.perf_counter(); dist.all_reduce(x); torch.cuda.synchronize()
+print(f"rank{rank} allreduce_us={(time.perf_counter() - t0) * 1e6:.1f}")
+w = dist.all_reduce(x, async_op=True); w.wait()
+out = torch.empty(2 * x.numel(), device="cuda")
+dist.all_gather_into_tensor(out, x)
+dist.reduce_scatter_tensor(torch.empty(x.numel() // 2, device="cuda"), x)
+dist.all_to_all_single(torch.empty_like(x), x)
+dist.broadcast(x, src=0)
+if rank == 0:
+    dist.send(x, dst=1); dist.recv(x, src=1)
+else:
+    dist.recv(x, src=0); dist.send(x, dst=0)
+peer = 1 - rank
+reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, torch.empty_like(x), peer)])
+for r in reqs: r.wait()
+sub = dist.new_group([0, 1])
+dist.all_reduce(torch.ones(8, device="cuda"), group=sub)
+objs = [None, None]
+dist.all_gather_object(objs, {"rank": rank})
+b = [f"from{rank}"]
+dist.broadcast_object_list(b, src=1)
+t = torch.tensor([rank + 1.0])
+dist.all_reduce(t)
+flag = torch.tensor([rank + 10], device="cuda")
+dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+dist.barrier()
+print(f"rank{rank} objs={objs} bcast={b} cpu_sum={t.item()} flag={flag.item()}")
+dist.destroy_process_group()
+"""
+
+
+def _run(tmp_path, text, *options, name="s.py"):
+    path = tmp_path / name
+    path.write_text(text)
+    return run_phantom(["run", "--nproc-per-node", "2", *options, str(path)], cwd=tmp_path,
+                       timeout=300)
+
+
+def test_collectives_carry_values_and_take_network_time(tmp_path):
+    proc = _run(tmp_path, COLLECTIVES, "--gpu", "H200", "--tee", "all")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        assert (f"rank{rank} objs=[{{'rank': 0}}, {{'rank': 1}}] bcast=['from1'] "
+                f"cpu_sum=3.0 flag=11") in proc.stdout
+    # The script's own timing of one 64 MiB all-reduce is the network model's time plus
+    # the host's launch cost (tens of microseconds).
+    net = NetworkSimulator(load_cluster(None, nproc_per_node=2, gpu="H200"))
+    model_us = net.estimate(CollectiveOp("all_reduce", (0, 1), 64 * 2**20)).duration_ns / 1e3
+    measured = float(re.search(r"rank0 allreduce_us=([\d.]+)", proc.stdout).group(1))
+    assert model_us < measured < model_us + 150
+
+
+def test_a_failing_rank_ends_the_run_with_its_traceback(tmp_path):
+    proc = _run(tmp_path, """
+import torch.distributed as dist, torch
+dist.init_process_group("nccl")
+if dist.get_rank() == 1:
+    raise ValueError("boom on rank one")
+dist.all_reduce(torch.ones(4, device="cuda"))
+""")
+    assert proc.returncode != 0
+    assert "rank 1 failed" in proc.stderr and "boom on rank one" in proc.stderr
+
+
+def test_mismatched_collectives_name_both_call_sites(tmp_path):
+    proc = _run(tmp_path, """
+import torch.distributed as dist, torch
+dist.init_process_group("nccl")
+n = 1024 if dist.get_rank() == 0 else 2048
+dist.all_reduce(torch.ones(n, device="cuda"))
+""", name="mm.py")
+    assert proc.returncode != 0
+    assert "collective mismatch" in proc.stderr
+    assert proc.stderr.count("mm.py:5") >= 2
+
+
+def test_crossed_collective_order_is_a_diagnosed_deadlock(tmp_path):
+    proc = _run(tmp_path, """
+import torch.distributed as dist, torch
+dist.init_process_group("nccl")
+a, b = dist.new_group([0, 1]), dist.new_group([0, 1])
+x = torch.ones(4, device="cuda")
+if dist.get_rank() == 0:
+    dist.all_reduce(x, group=a); dist.all_reduce(x, group=b)
+else:
+    dist.all_reduce(x, group=b); dist.all_reduce(x, group=a)
+""", name="dl.py")
+    assert proc.returncode != 0
+    assert "deadlock" in proc.stderr and "dl.py:7" in proc.stderr and "dl.py:9" in proc.stderr
+
+
+@pytest.mark.parametrize("parallel", ["ddp", "fsdp", "tp", "pp"])
+def test_dist_train_example_runs_every_parallelism(parallel):
+    proc = run_phantom(["run", "--nproc-per-node", "2", "--gpu", "H200", "examples/dist_train.py",
+                        "--parallel", parallel, "--preset", "gpt2-124m", "--n-layer", "2",
+                        "--seq-len", "256", "--batch-size", "4", "--steps", "3", "--warmup", "1"],
+                       cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = re.search(r"summary: median_iter_ms=([\d.]+).*max_peak_alloc_gib=([\d.]+)", proc.stdout)
+    assert summary and float(summary.group(1)) > 0 and float(summary.group(2)) > 0
+
+
+def test_compute_overlapping_nccl_runs_on_the_sms_left():
+    tl = Timeline(sm_count=100)
+    tl.comm_kernel(stream_id=5, start=0.0, end=1_000_000.0, channels=20)
+    start, end = tl.launch(0, gpu_ns=80_000.0, host_ns=0.0)
+    assert end - start == pytest.approx(80_000.0 / 0.8)  # 20 of 100 SMs are NCCL's
+    tl2 = Timeline(sm_count=100)
+    s2, e2 = tl2.launch(0, gpu_ns=80_000.0, host_ns=0.0)
+    assert e2 - s2 == pytest.approx(80_000.0)
