@@ -112,7 +112,7 @@ else:
 @pytest.mark.parametrize("parallel", ["ddp", "fsdp", "tp", "pp"])
 def test_dist_train_example_runs_every_parallelism(parallel):
     proc = run_phantom(["run", "--nproc-per-node", "2", "--gpu", "H200", "examples/dist_train.py",
-                        "--parallel", parallel, "--preset", "gpt2-124m", "--n-layer", "2",
+                        "--parallel", parallel, "--preset", "gpt2-124m",
                         "--seq-len", "256", "--batch-size", "4", "--steps", "3", "--warmup", "1"],
                        cwd=REPO, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
