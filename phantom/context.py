@@ -16,7 +16,8 @@ from typing import Any
 
 import torch
 
-from phantom.cost import KernelCost, RooflineCostModel
+from phantom.cost import KernelCost
+from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Event, Timeline
 from phantom.engine.host import HostSpeedNormalizer
 from phantom.hardware import GPUSpec
@@ -62,6 +63,10 @@ class SimOptions:
     # runs put many rank processes on few cores: their wall-clock gaps would include the
     # time each waits for a core.
     cpu_time_host_clock: bool = False
+    # Kernel databases added to the shipped one for this GPU (phantom run --db), and whether to
+    # record every op signature (phantom profile).
+    db_paths: list[str] = field(default_factory=list)
+    record_ops: bool = False
 
 
 @dataclass
@@ -115,7 +120,7 @@ class Simulation:
         self.gpu = options.gpu
         self.device_count = options.device_count
         self.timeline = Timeline(sm_count=self.gpu.sm_count)
-        self.cost_model = RooflineCostModel(options.gpu)
+        self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
         self.op_stats: dict[str, OpStats] = defaultdict(OpStats)
         self.class_gpu_ns: dict[str, float] = defaultdict(float)
@@ -343,8 +348,22 @@ class Simulation:
             entry[1] -= 1
             if entry[1] == 0:
                 del self._storages[holder[0]]
-                self.allocator.free(entry[0])
+                if entry[0] is not None:
+                    self.allocator.free(entry[0])
         self._hidden_overhead_ns += self._clock() - t0
+
+    def on_storage_resize(self, storage: Any, nbytes: int) -> None:
+        """`UntypedStorage.resize_` on a CUDA storage: the caching allocator frees the old
+        block and allocates one of the new size (FSDP2 frees and re-allocates its unsharded
+        parameters this way, keeping the tensor objects)."""
+        entry = self._storages.get(storage._cdata)
+        if entry is None:
+            return
+        self.begin_op()
+        if entry[0] is not None:
+            self.allocator.free(entry[0])
+        entry[0] = self._malloc(nbytes, self._current_stream_id()) if nbytes > 0 else None
+        self.end_op()
 
     def _allocate_cublas_workspace(self, stream_id: int) -> None:
         # cuBLAS takes its workspace from the caching allocator on the first GEMM of each

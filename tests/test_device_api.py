@@ -269,3 +269,21 @@ def test_streams_and_events_order_work(run_script):
     v = _values(proc.stdout)
     assert v["side_is_current"] == "False"
     assert float(v["waited_ms"]) >= float(v["side_ms"]) > 20 * 0.15
+
+
+def test_storage_resize_frees_and_reallocates(run_script):
+    # FSDP2 frees its unsharded parameters with storage.resize_(0) and brings them back with
+    # resize_(n), keeping the tensor objects: the allocator must follow.
+    proc, _ = run_script("""
+        import torch
+        x = torch.empty(256 * 2**20, device="cuda", dtype=torch.uint8)
+        a = torch.cuda.memory_allocated()
+        x.untyped_storage().resize_(0)
+        b = torch.cuda.memory_allocated()
+        x.untyped_storage().resize_(128 * 2**20)
+        c = torch.cuda.memory_allocated()
+        del x
+        print(a >> 20, b >> 20, c >> 20, torch.cuda.memory_allocated() >> 20)
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["256", "0", "128", "0"]

@@ -83,7 +83,21 @@ def _patch_optimizer_steps(sim: "Simulation") -> None:
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: sim.mark_iteration())
 
 
+def _patch_storage_resize(sim: "Simulation") -> None:
+    """Storage resizes change device memory without creating tensors, so the dispatch mode
+    never sees them; the allocator model must."""
+    real_resize = torch.UntypedStorage.resize_
+
+    def resize_(self, size):
+        result = real_resize(self, size)
+        sim.on_storage_resize(self, int(size))
+        return result
+
+    torch.UntypedStorage.resize_ = resize_
+
+
 def install(sim: "Simulation") -> None:
     _patch_swap_tensors()
+    _patch_storage_resize(sim)
     _patch_compile()
     _patch_optimizer_steps(sim)
