@@ -43,6 +43,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-speed", type=float, default=1.0,
                    help="how fast this machine runs the script's Python relative to the "
                         "simulated node's host CPU (default 1.0: as fast)")
+    p.add_argument("--db", metavar="PATH", action="append", default=[],
+                   help="a kernel database (phantom profile) to use besides the shipped one for "
+                        "the GPU; repeatable, later files win")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module like `python -m`")
     return p
 
@@ -52,7 +55,7 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     options: list[str] = []
     i = 0
     takes_value = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir"}
+                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -86,7 +89,8 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       host_speed=args.host_speed, tee=args.tee, log_dir=args.log_dir)
+                       host_speed=args.host_speed, tee=args.tee, log_dir=args.log_dir,
+                       db_paths=_check_dbs(args.db, args.gpu or "H100"))
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
         _configure_cluster(config, args)
     if args.module:
@@ -103,6 +107,21 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         if not os.path.isdir(report_dir):
             raise UsageError(f"--report: directory does not exist: {report_dir}")
     return config
+
+
+def _check_dbs(paths: list[str], gpu: str) -> list[str]:
+    """Fail before launch on a --db file that is missing, malformed or for another GPU."""
+    from phantom.cost.db import KernelDBError, load_db
+
+    for path in paths:
+        try:
+            db = load_db(path)
+        except KernelDBError as e:
+            raise UsageError(f"--db: {e}") from None
+        if db.gpu != gpu:
+            raise UsageError(f"--db: {path}: header.gpu is {db.gpu!r}, expected {gpu!r} (the --gpu "
+                             f"simulated); measure that GPU with `phantom profile`")
+    return [os.path.abspath(p) for p in paths]
 
 
 def _configure_cluster(config: RunConfig, args: argparse.Namespace) -> None:
@@ -160,6 +179,8 @@ commands:
   run     run a PyTorch training script on a simulated GPU
   gpus      list the GPU presets and their specs
   clusters  list the cluster presets (--cluster)
+  profile   time a script's ops (or the standard grid) on this machine's real GPU into a kernel database
+  db        show or merge kernel databases
 
 `phantom <command> --help` for a command's options."""
 
@@ -180,6 +201,14 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_gpus()
         if command == "clusters":
             return cmd_clusters()
+        if command == "profile":
+            from phantom.cost.profile.cli import main as profile_main
+
+            return profile_main(rest)
+        if command == "db":
+            from phantom.cost.dbcli import main as db_main
+
+            return db_main(rest)
     except UsageError as e:
         print(f"phantom: error: {e}", file=sys.stderr)
         return 2

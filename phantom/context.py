@@ -423,6 +423,9 @@ class Simulation:
         self.op_stats.clear()
         self.class_gpu_ns.clear()
         self.source_gpu_ns.clear()
+        reset = getattr(self.cost_model, "reset_stats", None)
+        if reset is not None:  # the database model's per-signature stats and recorded specs
+            reset()
         self.ops_intercepted = 0
         self.first_op_wall_ns = None
         for block in self._cublas_workspaces.values():

@@ -101,7 +101,8 @@ def main() -> int:
     sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,
                                 quiet=config.quiet or rank != 0,
-                                cpu_time_host_clock=config.world_size > 1))
+                                cpu_time_host_clock=config.world_size > 1,
+                                db_paths=config.db_paths, record_ops=config.record_path is not None))
     if config.distributed:
         _install_distributed(sim, config, rank)
     interception.install(sim)
@@ -125,6 +126,10 @@ def main() -> int:
         print_summary(report, file=sys.stderr)
     if config.report_path and rank == 0:
         write_report(report, config.report_path)
+    if config.record_path:
+        from phantom.cost.profile.record import write_records
+
+        write_records(sim, config.record_path, rank)
     return exit_code
 
 

@@ -25,6 +25,8 @@ class RunConfig:
     cluster: str | None = None  # preset name or TOML path (phantom.network)
     tee: str = "0"  # "0": rank 0's output only; "all": every rank's, prefixed
     log_dir: str | None = None
+    db_paths: list[str] = field(default_factory=list)  # --db: kernel databases (phantom.cost.db)
+    record_path: str | None = None  # phantom profile: write every op signature here (JSON)
 
     @property
     def world_size(self) -> int:

@@ -80,6 +80,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
         "cost_sources": {src: {"gpu_ms": ns / 1e6, "share": ns / total_gpu_ns}
                          for src, ns in sim.source_gpu_ns.items()},
         "top_ops": [{"op": name, "calls": s.calls, "gpu_ms": s.gpu_ns / 1e6} for name, s in top],
+        "cost_database": _cost_database(sim, total_gpu_ns),
         "simulation": {
             "ops_intercepted": sim.ops_intercepted,
             "data_reads": sim.data_reads,
@@ -90,6 +91,20 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             if wall_seconds > setup_s else None,
             "wall_seconds_per_iteration": wall_seconds / n_iters if n_iters else None,
         },
+    }
+
+
+def _cost_database(sim: "Simulation", total_gpu_ns: float) -> dict[str, Any]:
+    """Share of simulated GPU time from measured database rows vs the fallback model."""
+    from phantom.cost.dbmodel import DB_SOURCE
+
+    model = sim.cost_model
+    db_ns = sim.source_gpu_ns.get(DB_SOURCE, 0.0)
+    return {
+        "paths": list(getattr(model, "db_paths", [])),
+        "hit_share": db_ns / total_gpu_ns,
+        "fallback_share": 1.0 - db_ns / total_gpu_ns if sim.source_gpu_ns else 0.0,
+        "top_misses": model.top_misses(10) if hasattr(model, "top_misses") else [],
     }
 
 
@@ -108,10 +123,19 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
             f"{cls} {100 * v['share']:.1f}%" for cls, v in list(report["op_classes"].items())[:8]),
         "  top ops            " + ", ".join(
             f"{o['op']} {o['gpu_ms']:.1f} ms" for o in report["top_ops"][:5]),
+        _db_line(report.get("cost_database")),
         f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
     ]
     print("\n".join(lines), file=file, flush=True)
+
+
+def _db_line(db: dict[str, Any] | None) -> str:
+    if not db or not db["paths"]:
+        return "  kernel database    none for this GPU: every kernel time from the fallback model"
+    names = ", ".join(p.rsplit("/", 1)[-1] for p in db["paths"])
+    return (f"  kernel database    {100 * db['hit_share']:.1f}% of GPU time from measured rows ({names}), "
+            f"{100 * db['fallback_share']:.1f}% fallback")
 
 
 def write_report(report: dict[str, Any], path: str) -> None:

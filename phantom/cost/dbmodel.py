@@ -1,0 +1,128 @@
+"""DatabaseCostModel: measured kernel times where the database has the op, the roofline elsewhere.
+
+Hot path (every simulated op): one tuple signature (the roofline's memo key: shapes, strides,
+dtypes, scalars) and one dict lookup. Only the first call of each distinct signature builds the
+normalised string key (`op_key`) and looks it up in the database; the answer is memoised.
+
+Besides costs it keeps, per database key, calls and simulated GPU time, so the report can list
+the most expensive misses, and, when `record` is set (phantom profile), a call spec of every key
+for the timing process to rebuild.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from phantom.cost.base import KernelCost
+from phantom.cost.db import KernelDB, KernelDBError, load_db, shipped_db_path
+from phantom.cost.roofline import RooflineCostModel, classify
+from phantom.cost.signature import call_spec, op_key
+from phantom.hardware.gpus import GPUSpec
+
+DB_SOURCE = "db"
+
+
+class DatabaseCostModel:
+    """CostModel: database rows first, `fallback` (a RooflineCostModel) for misses."""
+
+    def __init__(self, gpu: GPUSpec, dbs: list[KernelDB], fallback: RooflineCostModel | None = None,
+                 record: bool = False) -> None:
+        self.gpu = gpu
+        self.fallback = fallback or RooflineCostModel(gpu)
+        self.fallback_source = type(self.fallback).__name__
+        self.rows: dict[str, float] = {}
+        for db in dbs:  # later databases (a user's --db) override earlier ones (the shipped one)
+            if db.gpu != gpu.name:
+                raise KernelDBError(f"{db.path}: header.gpu is {db.gpu!r}, expected {gpu.name!r} "
+                                    f"(the simulated GPU); a time measured on one GPU is wrong for another")
+            self.rows.update({k: r.ns for k, r in db.rows.items()})
+        self.db_paths = [db.path for db in dbs]
+        # fast key -> [cost, db key, stats [calls, gpu_ns], hit]
+        self._memo: dict[Any, list] = {}
+        self.key_stats: dict[str, list] = {}  # db key -> [calls, gpu_ns, hit, op_class]
+        self.specs: dict[str, dict] | None = {} if record else None
+
+    # ---- CostModel -------------------------------------------------------------------
+    def estimate(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: object) -> KernelCost | None:
+        fb = self.fallback
+        info = fb._info.get(func)
+        if info is None:
+            info = fb._info[func] = classify(func)
+        if info.op_class is None:
+            return None
+        fast = fb._key(func, info, args, kwargs or {})
+        entry = None
+        if fast is not None:
+            try:
+                entry = self._memo.get(fast)
+            except TypeError:  # unhashable (symbolic shapes): no memo
+                fast = None
+        if entry is None:
+            entry = self._resolve(func, args, kwargs, out)
+            if entry is None:
+                return None
+            if fast is not None:
+                self._memo[fast] = entry
+        cost, stats = entry[0], entry[1]
+        stats[0] += 1
+        stats[1] += cost.gpu_ns
+        return cost
+
+    def _resolve(self, func: Any, args: tuple, kwargs: dict, out: Any) -> list | None:
+        cost = self.fallback.estimate(func, args, kwargs, out)
+        if cost is None:
+            return None
+        if cost.op_class == "transfer":  # host<->device copies: PCIe model, not a kernel row
+            return [replace(cost, source=self.fallback_source), [0, 0.0, False, "transfer"]]
+        key = op_key(func, args, kwargs)
+        ns = self.rows.get(key)
+        if ns is not None:
+            cost = replace(cost, gpu_ns=ns, source=DB_SOURCE)
+        else:
+            cost = replace(cost, source=self.fallback_source)
+        stats = self.key_stats.get(key)
+        if stats is None:
+            stats = self.key_stats[key] = [0, 0.0, ns is not None, cost.op_class]
+            if self.specs is not None:
+                self.specs[key] = call_spec(func, args, kwargs)
+        return [cost, stats]
+
+    def reset_stats(self) -> None:
+        """Forget per-signature statistics and recorded specs (Simulation's start-up
+        calibration step runs ops that are not the script's)."""
+        self._memo.clear()
+        self.key_stats.clear()
+        if self.specs is not None:
+            self.specs.clear()
+
+    # ---- reporting ---------------------------------------------------------------------
+    def top_misses(self, n: int = 10) -> list[dict[str, Any]]:
+        """The n missed signatures with the most simulated GPU time."""
+        missed = [(k, s) for k, s in self.key_stats.items() if not s[2] and s[3] != "transfer"]
+        missed.sort(key=lambda kv: -kv[1][1])
+        return [{"key": k, "op_class": s[3], "calls": s[0], "gpu_ms": s[1] / 1e6} for k, s in missed[:n]]
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every recorded signature (phantom profile), most simulated GPU time first."""
+        out = []
+        for key, spec in (self.specs or {}).items():
+            calls, ns, hit, cls = self.key_stats[key]
+            out.append({"key": key, "op_class": cls, "calls": calls, "sim_gpu_ns": ns, "in_db": hit, **spec})
+        out.sort(key=lambda r: -r["sim_gpu_ns"])
+        return out
+
+
+def make_cost_model(gpu: GPUSpec, db_paths: list[str] | None = None, record: bool = False,
+                    use_shipped: bool = True) -> Any:
+    """The cost model a Simulation uses: DatabaseCostModel when a database applies (the shipped
+    one for this GPU, and/or --db files) or when recording; else the plain roofline."""
+    dbs: list[KernelDB] = []
+    shipped = shipped_db_path(gpu.name)
+    if use_shipped and shipped.exists():
+        dbs.append(load_db(shipped))
+    dbs += [load_db(p) for p in (db_paths or [])]
+    if not dbs and not record:
+        return RooflineCostModel(gpu)
+    return DatabaseCostModel(gpu, dbs, record=record)

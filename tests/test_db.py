@@ -1,0 +1,272 @@
+"""Kernel database: key normalisation, lookup and fallback, merge rules, report fields, the
+profile record step (CPU) and the timing step (real GPU only; skipped elsewhere, never faked)."""
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+from conftest import run_phantom
+
+from phantom.cost import RooflineCostModel
+from phantom.cost.db import KernelDB, KernelDBError, Row, load_db, merge, new_db
+from phantom.cost.dbmodel import DB_SOURCE, DatabaseCostModel, make_cost_model
+from phantom.cost.profile.rebuild import Unrebuildable, rebuild
+from phantom.cost.signature import call_spec, layout_class, op_key
+from phantom.hardware import get_gpu
+
+aten = torch.ops.aten
+BF16 = torch.bfloat16
+H100 = get_gpu("H100")
+
+
+def t(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+# ---- key normalisation ------------------------------------------------------------------
+def test_layout_classes():
+    assert layout_class((4, 8), (8, 1)) == ""
+    assert layout_class((4, 1, 8), (8, 99, 1)) == ""  # size-1 dims' strides do not matter
+    assert layout_class((4, 8), (1, 4)) == "p1.0"  # a transpose
+    assert layout_class((2, 3, 4, 5), (60, 5, 15, 1)) == "p0.2.1.3"  # (B,S,H,D) viewed as (B,H,S,D)
+    assert layout_class((4, 8), (24, 1)).startswith("s")  # a slice of a wider tensor
+    assert layout_class((4, 8), (0, 1)).startswith("s")  # a broadcast
+
+
+def test_strides_and_kernel_scalars_change_the_key():
+    a, b = t(64, 32), t(32, 16)
+    assert op_key(aten.mm.default, (a, b), {}) != op_key(aten.mm.default, (a, t(16, 32).t()), {})
+    assert op_key(aten.mm.default, (a, b), {}) != op_key(aten.mm.default, (a, t(32, 17)), {})
+    assert op_key(aten.mm.default, (a, b), {}) != op_key(aten.mm.default, (a.float(), b.float()), {})
+    x = t(8, 16)
+    assert op_key(aten.sum.dim_IntList, (x, [0]), {}) != op_key(aten.sum.dim_IntList, (x, [1]), {})
+    assert op_key(aten.sum.dim_IntList, (x, [1], True), {}) != op_key(aten.sum.dim_IntList, (x, [1], False), {})
+    q = t(2, 4, 128, 64)
+    sdpa = aten._scaled_dot_product_efficient_attention.default
+    assert op_key(sdpa, (q, q, q, None, False), {"is_causal": True}) != \
+        op_key(sdpa, (q, q, q, None, False), {"is_causal": False})
+    assert op_key(aten.native_dropout.default, (x, 0.0, True), {}) != \
+        op_key(aten.native_dropout.default, (x, 0.1, True), {})
+
+
+def test_irrelevant_differences_keep_the_key():
+    x = t(8, 16)
+    # Dropout probability and learning rates change values, not the kernel.
+    assert op_key(aten.native_dropout.default, (x, 0.1, True), {}) == \
+        op_key(aten.native_dropout.default, (x, 0.2, True), {})
+    # A storage offset (a view into a bigger buffer with the same strides) is not in the key.
+    big = torch.empty(100, 16, dtype=BF16, device="meta")
+    assert op_key(aten.add.Tensor, (big[10:18], x), {}) == op_key(aten.add.Tensor, (x, x), {})
+    # Keyword order and the layout/pin_memory of factory ops do not matter.
+    k1 = op_key(aten._to_copy.default, (x,), {"dtype": torch.float32, "layout": torch.strided})
+    k2 = op_key(aten._to_copy.default, (x,), {"dtype": torch.float32})
+    assert k1 == k2
+    # requires_grad is metadata of autograd, not of the kernel.
+    y = torch.empty(8, 16, dtype=BF16, device="meta", requires_grad=True)
+    assert op_key(aten.add.Tensor, (y, x), {}) == op_key(aten.add.Tensor, (x, x), {})
+
+
+def test_fp32_matmul_key_records_tf32():
+    a = t(64, 64, dtype=torch.float32)
+    prev = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        off = op_key(aten.mm.default, (a, a), {})
+        torch.backends.cuda.matmul.allow_tf32 = True
+        on = op_key(aten.mm.default, (a, a), {})
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+    assert off != on and off.endswith("-tf32")
+
+
+def test_key_speed_per_call():
+    """The per-op hot path is the memoised lookup; op_key runs once per distinct signature."""
+    model = DatabaseCostModel(H100, [])
+    a, b = t(4096, 768), t(768, 3072)
+    out = aten.mm.default(a, b)
+    model.estimate(aten.mm.default, (a, b), {}, out)
+    n = 2000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        model.estimate(aten.mm.default, (a, b), {}, out)
+    per_call_us = (time.perf_counter() - t0) / n * 1e6
+    t0 = time.perf_counter()
+    for _ in range(200):
+        op_key(aten.mm.default, (a, b), {})
+    key_us = (time.perf_counter() - t0) / 200 * 1e6
+    # Measured ~2-3 us (memo hit) and ~10 us (op_key) on the 2-core dev machine; bounds leave
+    # room for a loaded CI machine while still catching an accidental slow path.
+    assert per_call_us < 25, per_call_us
+    assert key_us < 100, key_us
+
+
+# ---- lookup and fallback ------------------------------------------------------------------
+def _db_with(key: str, ns: float, gpu: str = "H100", date: str = "2026-11-22T00:00:00+00:00") -> KernelDB:
+    db = new_db(gpu, date=date)
+    db.add(key, Row(op="aten.mm.default", ns=ns, repeats=15, date=date))
+    return db
+
+
+def test_hit_uses_the_row_and_miss_falls_back():
+    a, b = t(4096, 768), t(768, 3072)
+    key = op_key(aten.mm.default, (a, b), {})
+    model = DatabaseCostModel(H100, [_db_with(key, 123_456.0)])
+    hit = model.estimate(aten.mm.default, (a, b), {}, aten.mm.default(a, b))
+    assert hit.source == DB_SOURCE and hit.gpu_ns == 123_456.0 and hit.op_class == "gemm"
+    assert hit.flops == 2.0 * 4096 * 768 * 3072  # work metadata still comes from the roofline
+    c = t(768, 1024)
+    miss = model.estimate(aten.mm.default, (a, c), {}, aten.mm.default(a, c))
+    ref = RooflineCostModel(H100).estimate(aten.mm.default, (a, c), {}, aten.mm.default(a, c))
+    assert miss.source == "RooflineCostModel" and miss.gpu_ns == pytest.approx(ref.gpu_ns)
+    # A transposed operand is a different kernel: a miss, not the row above.
+    bt = t(3072, 768).t()
+    assert model.estimate(aten.mm.default, (a, bt), {}, aten.mm.default(a, bt)).source != DB_SOURCE
+    # Views launch nothing, with or without a database.
+    assert model.estimate(aten.t.default, (a,), {}, a.t()) is None
+    top = model.top_misses()
+    assert [m["key"] for m in top][0] == op_key(aten.mm.default, (a, c), {}) or len(top) == 2
+    assert all(not m["key"] == key for m in top)
+
+
+def test_db_for_another_gpu_is_refused():
+    with pytest.raises(KernelDBError, match="H200.*expected 'H100'"):
+        DatabaseCostModel(H100, [_db_with("k", 1.0, gpu="H200")])
+
+
+def test_no_database_means_plain_roofline(monkeypatch, tmp_path):
+    import phantom.cost.dbmodel as dbmodel
+
+    monkeypatch.setattr(dbmodel, "shipped_db_path", lambda name: tmp_path / f"{name}.json")
+    assert type(make_cost_model(H100)) is RooflineCostModel
+    assert type(make_cost_model(H100, record=True)) is DatabaseCostModel
+
+
+# ---- file format and merge -----------------------------------------------------------------
+def test_save_load_roundtrip(tmp_path):
+    db = _db_with("aten.mm.default(bf16[2,2],bf16[2,2])", 2500.0)
+    p = tmp_path / "db.json"
+    db.save(p)
+    back = load_db(p)
+    assert back.gpu == "H100" and back.rows["aten.mm.default(bf16[2,2],bf16[2,2])"].ns == 2500.0
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json", "not JSON"),
+    ('{"schema": "other/1"}', "field 'schema'"),
+    ('{"schema": "phantom.kerneldb/1", "header": {}, "rows": {}}', "header.gpu"),
+    ('{"schema": "phantom.kerneldb/1", "header": {"gpu": "H100"}, "rows": {"k": {"op": "x"}}}', "row 'k'"),
+    ('{"schema": "phantom.kerneldb/1", "header": {"gpu": "H100"}, "rows": {"k": {"op": "x", "ns": 0, "repeats": 1}}}',
+     "positive"),
+])
+def test_bad_files_name_file_and_field(tmp_path, content, message):
+    p = tmp_path / "bad.json"
+    p.write_text(content)
+    with pytest.raises(KernelDBError, match=message) as e:
+        load_db(p)
+    assert str(p) in str(e.value)
+
+
+def test_merge_keeps_newest_row_and_refuses_mixed_gpus():
+    old = _db_with("k", 100.0, date="2026-01-01T00:00:00+00:00")
+    old.add("only_old", Row("aten.add.Tensor", 5.0, 3, "2026-01-01T00:00:00+00:00"))
+    new = _db_with("k", 200.0, date="2026-06-01T00:00:00+00:00")
+    m = merge([new, old])
+    assert m.rows["k"].ns == 200.0 and m.rows["only_old"].ns == 5.0
+    assert merge([old, new]).rows["k"].ns == 200.0  # order does not matter, the date does
+    with pytest.raises(KernelDBError, match="different GPUs"):
+        merge([old, _db_with("k", 1.0, gpu="H200")])
+
+
+def test_db_cli_show_and_merge(tmp_path):
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _db_with("k1", 1000.0, date="2026-01-01T00:00:00+00:00").save(a)
+    _db_with("k2", 2000.0, date="2026-02-01T00:00:00+00:00").save(b)
+    proc = run_phantom(["db", "merge", str(tmp_path / "m.json"), str(a), str(b)])
+    assert proc.returncode == 0, proc.stderr
+    proc = run_phantom(["db", "show", str(tmp_path / "m.json")])
+    assert proc.returncode == 0 and "rows         2" in proc.stdout and "aten.mm.default" in proc.stdout
+    _db_with("k3", 1.0, gpu="H200").save(tmp_path / "c.json")
+    proc = run_phantom(["db", "merge", str(tmp_path / "x.json"), str(a), str(tmp_path / "c.json")])
+    assert proc.returncode == 2 and "different GPUs" in proc.stderr
+
+
+# ---- rebuild (CPU: the same code the GPU timing process runs) -------------------------------
+def test_rebuild_makes_valid_indices_and_runs():
+    w, idx = torch.empty(50, 8, device="meta"), torch.empty(4, 6, dtype=torch.int64, device="meta")
+    spec = call_spec(aten.embedding.default, (w, idx), {})
+    spec["args"][0]["device"] = spec["args"][1]["device"] = "cuda"
+    func, make, nbytes = rebuild(spec, device="cpu")
+    args, kwargs = make()
+    assert int(args[1].max()) < 50 and int(args[1].max()) > 1  # spread over the valid range
+    assert func(*args, **kwargs).shape == (4, 6, 8)
+    assert nbytes == 50 * 8 * 4 + 4 * 6 * 8
+    a = torch.empty(16, 8, device="meta").t()  # a transposed operand keeps its strides
+    spec = call_spec(aten.mm.default, (a, torch.empty(16, 4, device="meta")), {})
+    _, make, _ = rebuild(spec, device="cpu")
+    assert make()[0][0].stride() == (1, 8)
+    with pytest.raises(Unrebuildable, match="depends on tensor values"):
+        rebuild(call_spec(aten.nonzero.default, (w,), {}), device="cpu")
+
+
+# ---- end to end: report fields and the record step -----------------------------------------
+TINY = """
+import torch
+x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16)
+w = torch.randn(256, 384, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    y = (x @ w).relu()
+torch.cuda.synchronize()
+"""
+
+
+def test_profile_record_step_and_report_fields(tmp_path, script):
+    s = script(TINY)
+    rec = tmp_path / "sigs.json"
+    proc = run_phantom(["profile", "--record-only", str(rec), "--", str(s)], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    records = json.loads(rec.read_text())["records"]
+    mm = [r for r in records if r["op"] == "aten.mm.default"]
+    assert len(mm) == 1 and mm[0]["calls"] == 3 and mm[0]["op_class"] == "gemm"
+    assert mm[0]["args"][0]["shape"] == [512, 256] and mm[0]["args"][0]["T"] == "bfloat16"
+    # A database holding the recorded mm key: the run reports its share as a hit.
+    db = new_db("H100")
+    db.add(mm[0]["key"], Row(op="aten.mm.default", ns=50_000.0, repeats=15, date=db.header["date"]))
+    db.save(tmp_path / "db.json")
+    report = tmp_path / "r.json"
+    proc = run_phantom(["run", "--gpu", "H100", "--db", str(tmp_path / "db.json"), "--report", str(report),
+                        str(s)], timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "kernel database" in proc.stderr
+    r = json.loads(report.read_text())
+    cdb = r["cost_database"]
+    assert cdb["paths"][-1] == str(tmp_path / "db.json")
+    assert r["cost_sources"]["db"]["gpu_ms"] == pytest.approx(3 * 0.05)
+    assert 0 < cdb["hit_share"] < 1 and cdb["hit_share"] + cdb["fallback_share"] == pytest.approx(1.0)
+    assert all(m["key"] != mm[0]["key"] for m in cdb["top_misses"])
+    assert any("relu" in m["key"] for m in cdb["top_misses"]) or r["cost_sources"].get("db")
+
+
+def test_run_db_for_wrong_gpu_is_a_usage_error(tmp_path, script):
+    s = script(TINY)
+    _db_with("k", 1.0, gpu="H200").save(tmp_path / "h200.json")
+    proc = run_phantom(["run", "--gpu", "H100", "--db", str(tmp_path / "h200.json"), str(s)])
+    assert proc.returncode == 2 and "header.gpu is 'H200', expected 'H100'" in proc.stderr
+
+
+# ---- the GPU timing step: only where a real GPU is present ----------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a real NVIDIA GPU and a CUDA build of torch")
+def test_timing_a_recorded_call_on_the_gpu(tmp_path):
+    from phantom.cost.profile.timing import Timer, device_header, open_db, time_records
+
+    a, b = torch.empty(1024, 1024, dtype=BF16, device="meta"), torch.empty(1024, 1024, dtype=BF16, device="meta")
+    rec = {"key": op_key(aten.mm.default, (a, b), {}), **call_spec(aten.mm.default, (a, b), {})}
+    for s in rec["args"]:
+        s["device"] = "cuda"
+    path = str(tmp_path / "db.json")
+    db = open_db(path, device_header())
+    res = time_records([rec], db, path, Timer(50 * 2**20, reps=5), budget_s=60)
+    assert res["timed"] == 1
+    ns = load_db(path).rows[rec["key"]].ns
+    assert 1_000 < ns < 1_000_000  # a 1k bf16 GEMM: microseconds, not nanoseconds or milliseconds
