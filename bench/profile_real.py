@@ -1,0 +1,91 @@
+"""Kernel-level profile of one training step of a script on real GPUs (torch.profiler).
+
+    torchrun --nproc-per-node 2 bench/profile_real.py --step 5 --out prof.json -- examples/dist_train.py --parallel ddp ...
+
+Runs the script unchanged (as `__main__`) under torch.profiler, recording the optimizer step
+number `--step` (steps are counted by an optimizer-step hook). Rank 0 writes per-kernel-class
+GPU time, NCCL kernel time, the step's GPU span and the time compute kernels spent
+overlapping NCCL kernels, for comparison with phantom's report of the same script. For
+diagnosis on the GPU machines; not a benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import runpy
+import sys
+
+import torch
+from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.profiler import ProfilerActivity, profile, schedule
+
+
+def _class(name: str) -> str:
+    n = name.lower()
+    if "nccl" in n:
+        return "nccl"
+    if "gemm" in n or "cutlass" in n or "xmma" in n or "sm90" in n or "nvjet" in n:
+        return "gemm"
+    if "flash" in n or "fmha" in n or "cudnn" in n or "attention" in n:
+        return "attention"
+    if "adam" in n or "multi_tensor" in n:
+        return "optimizer"
+    if "copy" in n or "memcpy" in n or "cast" in n:
+        return "copy"
+    return "other"
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, end = 0.0, -1.0
+    for s, e in sorted(intervals):
+        if e <= end:
+            continue
+        total += e - max(s, end)
+        end = e
+    return total
+
+
+def summarize(prof) -> dict:
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+               and e.time_range.end > e.time_range.start]
+    by_class: dict[str, float] = {}
+    spans: dict[str, list] = {}
+    for k in kernels:
+        c = _class(k.name)
+        d = (k.time_range.end - k.time_range.start) / 1e3
+        by_class[c] = by_class.get(c, 0.0) + d
+        spans.setdefault(c, []).append((k.time_range.start / 1e3, k.time_range.end / 1e3))
+    compute = [iv for c, ivs in spans.items() if c != "nccl" for iv in ivs]
+    nccl = spans.get("nccl", [])
+    start = min(s for s, _ in compute + nccl)
+    end = max(e for _, e in compute + nccl)
+    both = _union(compute) + _union(nccl) - _union(compute + nccl)
+    return {"gpu_ms_by_class": by_class, "gpu_span_ms": end - start,
+            "compute_busy_ms": _union(compute), "nccl_busy_ms": _union(nccl),
+            "compute_and_nccl_overlap_ms": both, "kernels": len(kernels)}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--step", type=int, default=5)
+    p.add_argument("--out", default="profile.json")
+    p.add_argument("script")
+    p.add_argument("args", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                   schedule=schedule(wait=a.step - 1, warmup=1, active=1, repeat=1))
+    register_optimizer_step_post_hook(lambda *args: prof.step())
+    sys.argv = [a.script, *[x for x in a.args if x != "--"]]
+    prof.start()
+    runpy.run_path(a.script, run_name="__main__")
+    prof.stop()
+    if int(os.environ.get("RANK", "0")) == 0:
+        summary = summarize(prof)
+        with open(a.out, "w") as f:
+            json.dump(summary, f, indent=1)
+        print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()
