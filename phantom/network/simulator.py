@@ -13,6 +13,7 @@ from phantom.network import nccl_model as nm
 from phantom.network.cluster import ClusterSpec
 from phantom.network.collectives import CollectiveOp, ScheduledCollective, validate_op
 from phantom.network.maxmin import max_min_rates
+from phantom.network.measured import MeasuredTable, load_tables, measured_size
 from phantom.network.reservations import ReservationBook
 from phantom.network.topology import Topology
 from phantom.network.traffic import (Entity, nvls_entity, p2p_entities, ring_entity,
@@ -24,10 +25,12 @@ _DONE_FRACTION = 1e-9
 
 
 class NetworkSimulator:
-    def __init__(self, cluster: ClusterSpec) -> None:
+    def __init__(self, cluster: ClusterSpec, measured: list[MeasuredTable] | None = None) -> None:
         self.cluster = cluster
         self.topology = Topology(cluster)
         self._book = ReservationBook()
+        self._measured = load_tables() if measured is None else measured
+        self._idle_cache: dict[tuple, float] = {}
 
     # --- public API --------------------------------------------------------------------------
 
@@ -136,7 +139,28 @@ class NetworkSimulator:
         algorithm, protocol, channels, lat_ns, entities = self._plan(op)
         data_start = start + lat_ns
         end = self._flow(entities, data_start, book, commit) if entities else data_start
+        scale = self._measured_scale(op)
+        if scale is not None:
+            # Link reservations keep the model's timing; only the end moves.
+            end = start + (end - start) * scale
         return ScheduledCollective(start, end, algorithm, protocol, channels)
+
+    def _measured_scale(self, op: CollectiveOp) -> float | None:
+        """measured / modelled time on an idle network, if a measured table covers `op`."""
+        size = measured_size(op)
+        if size is None or not self._measured:
+            return None
+        table = next((t for t in self._measured if t.matches(self.cluster, op)), None)
+        if table is None:
+            return None
+        key = (op.kind, len(op.ranks), op.nbytes, op.transfers, op.root)
+        idle = self._idle_cache.get(key)
+        if idle is None:
+            _, _, _, lat_ns, entities = self._plan(op)
+            book = ReservationBook()
+            idle = (self._flow(entities, lat_ns, book, False) if entities else lat_ns)
+            self._idle_cache[key] = idle
+        return table.time_ns(op.kind, size) / idle if idle > 0 else None
 
     def _flow(self, entities: list[Entity], t: float, book: ReservationBook, commit: bool) -> float:
         """Run the entities from time t on the capacity `book` leaves; return when all are done."""
