@@ -81,6 +81,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
                          for src, ns in sim.source_gpu_ns.items()},
         "top_ops": [{"op": name, "calls": s.calls, "gpu_ms": s.gpu_ns / 1e6} for name, s in top],
         "cost_database": _cost_database(sim, total_gpu_ns),
+        "distributed": _distributed(sim, config),
         "simulation": {
             "ops_intercepted": sim.ops_intercepted,
             "data_reads": sim.data_reads,
@@ -142,3 +143,13 @@ def write_report(report: dict[str, Any], path: str) -> None:
     with open(path, "w") as f:
         json.dump(report, f, indent=2)
         f.write("\n")
+
+
+def _distributed(sim: "Simulation", config: "RunConfig") -> dict[str, Any] | None:
+    """This rank's place in a distributed run and its collectives (None for one process)."""
+    comm = sim.comm
+    if comm is None:
+        return None
+    return {"rank": comm.rank, "world_size": comm.world_size, "nnodes": config.nnodes,
+            "nproc_per_node": config.nproc_per_node, "cluster": config.cluster or "nvlink-node",
+            "collectives": comm.collectives, "nccl_kernel_ms": comm.comm_gpu_ns / 1e6}
