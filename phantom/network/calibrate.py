@@ -17,7 +17,8 @@ import json
 import os
 import statistics
 
-KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+KINDS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv",
+         "send_recv_both_ways")
 
 
 def _sizes() -> list[int]:
@@ -45,6 +46,14 @@ def _op(kind: str, nbytes: int, world: int, rank: int):
     if kind == "broadcast":
         return lambda: dist.broadcast(t, src=0)
     peer = (rank + 1) % world if rank % 2 == 0 else (rank - 1) % world
+    if kind == "send_recv":  # one direction: even ranks send, odd ranks receive
+        buf = t if rank % 2 == 0 else torch.empty_like(t)
+        op = dist.isend if rank % 2 == 0 else dist.irecv
+
+        def oneway():
+            for r in dist.batch_isend_irecv([dist.P2POp(op, buf, peer)]):
+                r.wait()
+        return oneway
 
     def sendrecv():  # one transfer each way between rank pairs, as a batch
         reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, t, peer),

@@ -61,6 +61,12 @@ def measured_size(op: CollectiveOp) -> float | None:
     """The size a table is indexed by, or None when the op's traffic is not what was measured."""
     if op.kind == "send_recv":
         return float(op.transfers[0][2]) if len(op.transfers) == 1 else None
+    if op.kind == "all_to_all" and op.transfers:
+        # Even splits between every pair are what was measured; uneven ones are their own.
+        sizes = {b for _, _, b in op.transfers}
+        n = len(op.ranks)
+        even = len(sizes) == 1 and len(op.transfers) == n * (n - 1)
+        return float(op.nbytes) if even else None
     if op.transfers or op.kind == "barrier":
-        return None  # uneven all_to_all: its own pattern
+        return None
     return float(op.nbytes)
