@@ -131,6 +131,7 @@ RANDOM_OPS = frozenset({
 })
 # Fills and other non-pointwise-tagged elementwise kernels.
 ELEMENTWISE_EXTRA = frozenset({
+    "all_gather_copy_in", "chunk_cat",  # FSDP2's copy kernels (fsdp:: namespace)
     "fill", "fill_", "zero_", "zeros", "ones", "full", "scalar_tensor", "new_zeros", "new_ones", "new_full",
     "zeros_like", "ones_like", "full_like", "arange", "linspace", "logspace", "tril", "triu", "tril_", "triu_",
     "_amp_update_scale_", "_masked_scale", "mish_backward", "hardtanh_backward", "leaky_relu_backward",
@@ -970,7 +971,29 @@ def _embedding_bwd_bytes(a: _Args, out: Any) -> float:
     return _tensor_bytes(grad) + partials + _tensor_bytes(a.args[1]) + sum(_tensor_bytes(t) for t in _tensors(out))
 
 
+def _fsdp_copy_in_bytes(a: _Args, out: Any) -> float | None:
+    # Reads this rank's shards, writes them (cast to the output dtype) into its slice of the
+    # all-gather buffer: not the whole world-size buffer the output tuple spans.
+    inputs, dst = a.args[0], a.args[1]
+    numel = sum(_numel(t) for t in inputs)
+    return sum(_tensor_bytes(t) for t in inputs) + numel * dst.element_size()
+
+
+def _fsdp_chunk_cat_bytes(a: _Args, out: Any) -> float | None:
+    # Reads every gradient, writes the padded reduce-scatter input.
+    return sum(_tensor_bytes(t) for t in a.args[0]) + _tensor_bytes(a.get("out"))
+
+
+def _fsdp_split_copy_bytes(a: _Args, out: Any) -> float | None:
+    # Reads the gathered buffer, writes each parameter's unsharded tensor.
+    return _tensor_bytes(a.args[0]) + sum(_tensor_bytes(t) for t in a.get("out"))
+
+
 _SPECIAL_BYTES: dict[str, Callable[[_Args, Any], float | None]] = {
+    # FSDP2's custom copy kernels (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py)
+    "all_gather_copy_in": _fsdp_copy_in_bytes,
+    "chunk_cat": _fsdp_chunk_cat_bytes,
+    "split_with_sizes_copy": _fsdp_split_copy_bytes,
     "embedding": _gathered_bytes,
     "embedding_dense_backward": _embedding_bwd_bytes,
     "nll_loss_forward": _nll_forward_bytes,
