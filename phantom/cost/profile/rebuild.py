@@ -8,6 +8,7 @@ and bool inputs are random 0/1. Calls that cannot be rebuilt raise `Unrebuildabl
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable
 
 import torch
@@ -22,6 +23,8 @@ def resolve_op(name: str) -> torch._ops.OpOverload:
     parts = name.split(".")
     if len(parts) != 3:
         raise Unrebuildable(f"op name {name!r} is not namespace.op.overload")
+    if parts[0] == "fsdp":  # FSDP2's custom ops exist once its collectives module is imported
+        importlib.import_module("torch.distributed.fsdp._fully_shard._fsdp_collectives")
     try:
         return getattr(getattr(getattr(torch.ops, parts[0]), parts[1]), parts[2])
     except AttributeError:

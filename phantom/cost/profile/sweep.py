@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from types import ModuleType
@@ -33,6 +34,7 @@ def load_measure() -> ModuleType:
     spec = importlib.util.spec_from_file_location("phantom_measure_grid", MEASURE_PY)
     mod = importlib.util.module_from_spec(spec)
     assert spec.loader is not None
+    sys.modules[spec.name] = mod  # dataclasses look their module up in sys.modules
     spec.loader.exec_module(mod)
     return mod
 
