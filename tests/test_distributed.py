@@ -128,3 +128,40 @@ def test_compute_overlapping_nccl_runs_on_the_sms_left():
     tl2 = Timeline(sm_count=100)
     s2, e2 = tl2.launch(0, gpu_ns=80_000.0, host_ns=0.0)
     assert e2 - s2 == pytest.approx(80_000.0)
+
+
+VARIANTS = """
+import os, sys, torch, torch.distributed as dist
+mode = sys.argv[1]
+if mode == "mixed":
+    dist.init_process_group("cuda:nccl,cpu:gloo")
+elif mode == "none":
+    dist.init_process_group()
+else:
+    dist.init_process_group("nccl", device_id=torch.device("cuda", int(os.environ["LOCAL_RANK"])))
+rank = dist.get_rank()
+x = torch.ones(4, device="cuda")
+outs = [torch.empty(4, device="cuda") for _ in range(2)]
+dist.all_gather(outs, x)
+dist.gather(x, outs if rank == 0 else None, dst=0)
+dist.scatter(x, outs if rank == 0 else None, src=0)
+dist.reduce(x, dst=1)
+dist.all_to_all([torch.empty(4, device="cuda") for _ in range(2)], [x, x])
+with dist._coalescing_manager(device=torch.device("cuda")):
+    dist.all_reduce(x); dist.all_reduce(x)
+t = torch.tensor([float(rank)])
+dist.all_reduce(t)
+objs = [None, None]; dist.all_gather_object(objs, rank)
+print(rank, "ok", t.item(), objs, flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("mode", ["mixed", "none", "device_id"])
+def test_init_variants_and_other_collectives(tmp_path, mode):
+    path = tmp_path / "v.py"
+    path.write_text(VARIANTS)
+    proc = run_phantom(["run", "--nproc-per-node", "2", "--quiet", str(path), mode], cwd=tmp_path,
+                       timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "0 ok 1.0 [0, 1]" in proc.stdout
