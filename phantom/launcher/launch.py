@@ -142,6 +142,10 @@ def _launch_ranks(config: RunConfig) -> int:
     coordinator.start()
     port, run_id = _free_port(), f"phantom-{os.getpid()}"
     ranks: list[_Rank] = []
+    # Ctrl-C and `kill` both end the run with every rank; a shell that started phantom in
+    # the background may have left SIGINT ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         for rank in range(config.world_size):
             env = _rank_env(config, rank, port, run_id, socket_path(str(run_dir)), authkey)
@@ -163,6 +167,10 @@ def _launch_ranks(config: RunConfig) -> int:
         coordinator.close()
         if not config.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _supervise(config: RunConfig, ranks: list[_Rank], coordinator) -> int:
