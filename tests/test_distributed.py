@@ -149,6 +149,10 @@ dist.reduce(x, dst=1)
 dist.all_to_all([torch.empty(4, device="cuda") for _ in range(2)], [x, x])
 with dist._coalescing_manager(device=torch.device("cuda")):
     dist.all_reduce(x); dist.all_reduce(x)
+if mode == "device_id":  # split_group needs a bound device, as with real NCCL
+    solo = dist.split_group(split_ranks=[[0], [1]])
+    assert dist.get_world_size(solo) == 1
+    dist.all_reduce(x, group=solo)
 t = torch.tensor([float(rank)])
 dist.all_reduce(t)
 objs = [None, None]; dist.all_gather_object(objs, rank)

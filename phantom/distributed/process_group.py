@@ -60,7 +60,7 @@ class _NCCLConfig:
 class _BackendView:
     """What c10d asks of `pg._get_backend(device)`: capability flags, no splitting."""
 
-    supports_splitting = False
+    supports_splitting = True  # split_group: PhantomProcessGroup.split_group
     supports_coalescing = True
     supports_time_estimate = False
     supports_tensor_alloc = False
@@ -282,6 +282,7 @@ class PhantomProcessGroup(ProcessGroup):
 
     def __init__(self, store, rank: int, size: int, options: _Options | None = None) -> None:
         super().__init__(rank, size)
+        self._store = store
         self.options = options or _Options()
         ranks = list(self.options.global_ranks_in_group or range(size))
         self.info = GroupInfo(self.options.group_name or "default_pg", tuple(ranks))
@@ -329,6 +330,22 @@ class PhantomProcessGroup(ProcessGroup):
 
     def abort(self) -> None:
         pass
+
+    def get_group_store(self):
+        return self._store
+
+    def split_group(self, ranks, timeout=None, opts=None, group_name=None, group_desc=None,
+                    device_types=None):
+        """`dist.split_group` (ncclCommSplit): a child group of some of this group's ranks."""
+        me = self.rank()
+        if me not in ranks:
+            return None
+        options = opts if isinstance(opts, _Options) else _Options()
+        options.global_ranks_in_group = [self.info.members[r] for r in ranks]
+        options.group_name = group_name or ""
+        child = PhantomProcessGroup(self._store, list(ranks).index(me), len(ranks), options)
+        child.info.desc = group_desc or ""
+        return child
 
     def shutdown(self) -> None:
         pass
@@ -615,6 +632,7 @@ def install(comm: "RankComm") -> None:
     c10d._NCCL_AVAILABLE = True
     dist.ProcessGroupNCCL = PhantomProcessGroup
     dist.is_nccl_available = c10d.is_nccl_available = lambda: True
+    _keep_bound_device(c10d)
     # A CUDA build sets NCCL's default timeout (10 min, as for other backends); without it
     # c10d warns that NCCL is not compiled in.
     c10d.default_pg_nccl_timeout = c10d.default_pg_timeout
@@ -658,6 +676,25 @@ def _verify_params_across_processes(process_group, tensors, logger=None) -> None
             if a != b:
                 raise RuntimeError(f"DDP expects same model across all ranks, but parameter "
                                    f"{i} has shape {list(a)} here and {list(b)} on rank {rank}.")
+
+
+def _keep_bound_device(c10d) -> None:
+    """`init_process_group(device_id=...)` binds the device on the ProcessGroup c10d built
+    first, which the nccl branch then replaces with phantom's group; carry it over
+    (`split_group` and eager init need it)."""
+    real_init = c10d.init_process_group
+
+    @functools.wraps(real_init)
+    def init_process_group(*args, **kwargs):
+        result = real_init(*args, **kwargs)
+        device_id = kwargs.get("device_id")
+        if device_id is not None:
+            if isinstance(device_id, int):
+                device_id = torch.device("cuda", device_id)
+            c10d._get_default_group().bound_device_id = device_id
+        return result
+
+    c10d.init_process_group = dist.init_process_group = init_process_group
 
 
 def _real_payloads_for_object_collectives(c10d) -> None:
