@@ -49,6 +49,7 @@ PROGRESS_EVERY_S = 10.0
 PROGRESS_CHECK_EVERY_OPS = 256
 # Re-measure this machine's current speed every this many handler exits (~1 ms each).
 SPEED_SAMPLE_EVERY_OPS = 2_000
+SPEED_SAMPLE_EVERY_S = 1.0  # ... or this much wall time, whichever comes first
 CUBLAS_WORKSPACE_BYTES = 32 * 1024**2
 
 
@@ -149,6 +150,7 @@ class Simulation:
         self.comm = None  # phantom.distributed.comm.RankComm in a distributed run
         self._next_progress = self.wall_start_ns + PROGRESS_EVERY_S * 1e9
         self._ops_until_progress_check = PROGRESS_CHECK_EVERY_OPS
+        self._speed_sampled_wall = REAL_NS()
 
     # -- host time ------------------------------------------------------------------------
     def begin_op(self, dispatched: bool = False) -> None:
@@ -178,11 +180,19 @@ class Simulation:
         self._ops_until_progress_check -= 1
         if self._ops_until_progress_check <= 0:
             self._ops_until_progress_check = PROGRESS_CHECK_EVERY_OPS
-            if REAL_NS() >= self._next_progress:
+            wall = REAL_NS()
+            # Scripts that issue few ops (collective-heavy ones) would re-measure the
+            # machine's speed rarely; under changing load, sample by time as well.
+            if self._ops_until_speed_sample < SPEED_SAMPLE_EVERY_OPS and \
+                    wall - self._speed_sampled_wall > SPEED_SAMPLE_EVERY_S * 1e9:
+                self._sample_host_speed()
+                self._real_mark = self._clock()
+            if wall >= self._next_progress:
                 self._report_progress()
 
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
+        self._speed_sampled_wall = REAL_NS()
         self._gap_scale = self._speed.sample() * self.options.host_speed
 
     def host_now_ns(self) -> float:
