@@ -77,32 +77,6 @@ def _gpu_time_us(fn, reps: int) -> float:
     return start.elapsed_time(end) * 1e3 / reps
 
 
-def _host_us(fn, reps: int) -> float:
-    """Host time per call while the GPU is held busy: the launch path alone (Python wrapper,
-    ProcessGroupNCCL, NCCL enqueue), no waiting for the device."""
-    import time
-
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda._sleep(200_000_000)
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    host = (time.perf_counter() - t0) / reps * 1e6
-    torch.cuda.synchronize()
-    return host
-
-
-def host_costs(rank: int, world: int, rounds: int) -> dict[str, float]:
-    costs = {}
-    for kind in KINDS:
-        fn = _op(kind, 4096, world, rank)
-        fn()
-        costs[kind] = statistics.median(_host_us(fn, 50) for _ in range(rounds))
-    return costs
-
-
 def main() -> None:
     import torch
     import torch.distributed as dist
@@ -110,25 +84,10 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--host-cost", action="store_true",
-                   help="measure the host cost of issuing each collective instead")
     args = p.parse_args()
     dist.init_process_group("nccl")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    if args.host_cost:
-        costs = host_costs(rank, world, args.rounds)
-        if rank == 0:
-            print(json.dumps(costs, indent=1))
-            header = {"gpu": torch.cuda.get_device_name(), "ranks": world, "torch": torch.__version__,
-                      "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-                      "date": datetime.date.today().isoformat(),
-                      "method": "host perf_counter per call, 4 KiB bf16, 50 calls while the GPU "
-                                "is held by torch.cuda._sleep; median of rounds"}
-            with open(args.out, "w") as f:
-                json.dump({"header": header, "host_us": costs}, f, indent=1)
-        dist.destroy_process_group()
-        return
     table: dict[str, list] = {}
     for kind in KINDS:
         rows = []
