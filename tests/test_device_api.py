@@ -47,7 +47,7 @@ def test_torch_cuda_api_describes_the_simulated_gpu(run_script):
     assert v["available"] == "True" and v["count"] == "1"
     assert v["name"] == "NVIDIA H200" and v["cc"] == "(9, 0)"
     assert int(v["total"]) == 150_109_880_320 and v["sms"] == "132"
-    assert v["bf16"] == "True" and v["nccl"].startswith("(2,") and v["cuda"] == "12.8"
+    assert v["bf16"] == "True" and v["nccl"].startswith("(2,") and v["cuda"] == "13.0"
     assert v["accel"] == "cuda" and v["current"] == "0" and v["rng"] == "ok"
 
 

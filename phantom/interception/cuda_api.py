@@ -18,10 +18,10 @@ import torch
 if TYPE_CHECKING:
     from phantom.context import Simulation
 
-# NCCL and CUDA versions the simulated software stack reports (NCCL 2.27 ships with
-# CUDA 12.8 wheels of torch 2.8+).
-SIMULATED_CUDA_VERSION = "12.8"
-SIMULATED_NCCL_VERSION = (2, 27, 3)
+# CUDA and NCCL versions the simulated software stack reports: what torch 2.11's CUDA 13
+# wheel runs on the GPU hosts phantom's measurements come from (bench/README.md).
+SIMULATED_CUDA_VERSION = "13.0"
+SIMULATED_NCCL_VERSION = (2, 28, 9)  # what torch 2.11 (CUDA 13) loads on the measured GPU hosts
 
 
 def _device_index(device: Any = None) -> int:
