@@ -406,6 +406,7 @@ class Simulation:
         fake_step()
         self._gap_scale = 1.0  # measure in this machine's raw ns
         self._ops_until_speed_sample = 1 << 30  # and do not re-sample in the middle
+        self._next_progress = float("inf")  # no progress lines about phantom's own steps
         fake_ns, real_ns = [], []
         for _ in range(repeats):
             h0, l0, e0 = self.timeline.host_ns, self.launch_host_ns, self.dispatch_entries
@@ -428,6 +429,7 @@ class Simulation:
         return self.dispatch_overhead_ns
 
     def _forget_calibration_work(self) -> None:
+        self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9
         self.timeline = Timeline(sm_count=self.gpu.sm_count)
         self.iterations.clear()
         self.op_stats.clear()
