@@ -236,8 +236,9 @@ def cmd_sim(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for c in select(args.configs):
             report_path = Path(tmp) / f"{c.name}.json"
-            cmd = [*phantom, "run", "--gpu", args.gpu, "--quiet", "--report", str(report_path), "--",
-                   SCRIPT, *c.args(args.steps, args.warmup)]
+            cold = ["--no-db"] if args.cold else []
+            cmd = [*phantom, "run", "--gpu", args.gpu, "--quiet", *cold, "--report", str(report_path),
+                   "--", SCRIPT, *c.args(args.steps, args.warmup)]
             r = run_one(cmd, args.timeout)
             report = json.loads(report_path.read_text()) if report_path.exists() else {}
             stats = report.get("simulation", {})  # phantom's report schema: docs/report-schema.md
@@ -313,6 +314,8 @@ def main() -> None:
     p.add_argument("--real", help="JSON written by the real mode")
     p.add_argument("--out", help="write the markdown table here")
     p.add_argument("--json", help="write all results (with phantom's reports) here")
+    p.add_argument("--cold", action="store_true",
+                   help="leave out the shipped kernel database (phantom run --no-db): fallback model only")
     p.add_argument("--phantom", help="command that starts phantom (default: the `phantom` command, else phantom.cli from this checkout)")
     args = parser.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim}[args.mode](args)

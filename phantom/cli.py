@@ -43,6 +43,9 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-speed", type=float, default=1.0,
                    help="how fast this machine runs the script's Python relative to the "
                         "simulated node's host CPU (default 1.0: as fast)")
+    p.add_argument("--no-db", action="store_true",
+                   help="leave out the shipped kernel database: fallback (roofline) times only, "
+                        "plus any --db")
     p.add_argument("--db", metavar="PATH", action="append", default=[],
                    help="a kernel database (phantom profile) to use besides the shipped one for "
                         "the GPU; repeatable, later files win")
@@ -90,7 +93,8 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
                        host_speed=args.host_speed, tee=args.tee, log_dir=args.log_dir,
-                       db_paths=_check_dbs(args.db, args.gpu or "H100"))
+                       db_paths=_check_dbs(args.db, args.gpu or "H100"),
+                       shipped_db=not args.no_db)
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
         _configure_cluster(config, args)
     if args.module:

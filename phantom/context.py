@@ -68,6 +68,7 @@ class SimOptions:
     # record every op signature (phantom profile).
     db_paths: list[str] = field(default_factory=list)
     record_ops: bool = False
+    shipped_db: bool = True
 
 
 @dataclass
@@ -121,7 +122,8 @@ class Simulation:
         self.gpu = options.gpu
         self.device_count = options.device_count
         self.timeline = Timeline(sm_count=self.gpu.sm_count)
-        self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops)
+        self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops,
+                                          use_shipped=options.shipped_db)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
         self.op_stats: dict[str, OpStats] = defaultdict(OpStats)
         self.class_gpu_ns: dict[str, float] = defaultdict(float)

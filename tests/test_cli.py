@@ -127,3 +127,10 @@ def test_run_module(tmp_path):
     proc = run_phantom(["run", "--quiet", "-m", "mypkg.train", "--lr", "3"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "module main __main__ ['--lr', '3']" in proc.stdout
+
+
+def test_no_db_leaves_the_shipped_database_out(tmp_path):
+    s = tmp_path / "s.py"
+    s.write_text("")
+    assert parse_run_args([str(s)]).shipped_db
+    assert not parse_run_args(["--no-db", str(s)]).shipped_db

@@ -102,7 +102,8 @@ def main() -> int:
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,
                                 quiet=config.quiet or rank != 0,
                                 cpu_time_host_clock=config.world_size > 1,
-                                db_paths=config.db_paths, record_ops=config.record_path is not None))
+                                db_paths=config.db_paths, record_ops=config.record_path is not None,
+                                shipped_db=config.shipped_db))
     if config.distributed:
         _install_distributed(sim, config, rank)
     interception.install(sim)

@@ -26,6 +26,7 @@ class RunConfig:
     tee: str = "0"  # "0": rank 0's output only; "all": every rank's, prefixed
     log_dir: str | None = None
     db_paths: list[str] = field(default_factory=list)  # --db: kernel databases (phantom.cost.db)
+    shipped_db: bool = True  # --no-db: leave the shipped database out (fallback model only)
     record_path: str | None = None  # phantom profile: write every op signature here (JSON)
 
     @property
