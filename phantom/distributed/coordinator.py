@@ -53,7 +53,6 @@ class Coordinator:
         self.fatal: str | None = None  # set once: the run must end with this message
         self.fatal_event = threading.Event()
         self.collectives = 0
-        self.bytes_moved = 0
 
     # -- connections ----------------------------------------------------------------------
     def start(self) -> None:
@@ -140,7 +139,6 @@ class Coordinator:
         payloads = {r.rank: r.payload for r in reqs if r.payload is not None}
         result = Result(start, end, payloads, algorithm, protocol, channels)
         self.collectives += 1
-        self.bytes_moved += reqs[0].nbytes
         for r in reqs:
             state = self._ranks[r.rank]
             state.results[key] = result

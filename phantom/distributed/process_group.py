@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-import threading
+import operator
 from functools import reduce as _fold
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -164,46 +164,31 @@ def _op_name(op) -> str:
     return str(op).rsplit(".", 1)[-1]
 
 
+# Reduce ops: (on Python numbers, i.e. value hints; on real CPU tensors). Bitwise ops have no
+# number form: hints are kept only when every member agrees.
+_REDUCERS = {
+    "SUM": (operator.add, torch.add), "PREMUL_SUM": (operator.add, torch.add),
+    "AVG": (operator.add, torch.add), "PRODUCT": (operator.mul, torch.mul),
+    "MIN": (min, torch.minimum), "MAX": (max, torch.maximum),
+    "BAND": (None, torch.bitwise_and), "BOR": (None, torch.bitwise_or),
+    "BXOR": (None, torch.bitwise_xor),
+}
+
+
 def _combine(op_name: str, values: list):
     """Reduce the members' values: real CPU tensors, or Python numbers (value hints)."""
-    if all(isinstance(v, (int, float, bool)) for v in values):
-        return _combine_numbers(op_name, values)
-    return _combine_tensors(op_name, values)
-
-
-def _combine_numbers(op_name: str, values: list):
-    if op_name in ("SUM", "PREMUL_SUM"):
-        return sum(values)
-    if op_name == "AVG":
-        return sum(values) / len(values)
-    if op_name == "PRODUCT":
-        return _fold(lambda a, b: a * b, values)
-    if op_name == "MIN":
-        return min(values)
-    if op_name == "MAX":
-        return max(values)
-    return values[0] if len(set(values)) == 1 else None
-
-
-def _combine_tensors(op_name: str, tensors: list[torch.Tensor]) -> torch.Tensor:
-    if op_name in ("SUM", "PREMUL_SUM"):
-        return _fold(torch.add, tensors)
-    if op_name == "AVG":
-        out = _fold(torch.add, tensors)
-        return out / len(tensors) if out.is_floating_point() else out // len(tensors)
-    if op_name == "PRODUCT":
-        return _fold(torch.mul, tensors)
-    if op_name == "MIN":
-        return _fold(torch.minimum, tensors)
-    if op_name == "MAX":
-        return _fold(torch.maximum, tensors)
-    if op_name == "BAND":
-        return _fold(torch.bitwise_and, tensors)
-    if op_name == "BOR":
-        return _fold(torch.bitwise_or, tensors)
-    if op_name == "BXOR":
-        return _fold(torch.bitwise_xor, tensors)
-    raise ValueError(f"unsupported reduce op {op_name}")
+    if op_name not in _REDUCERS:
+        raise ValueError(f"unsupported reduce op {op_name}")
+    on_numbers, on_tensors = _REDUCERS[op_name]
+    numbers = all(isinstance(v, (int, float, bool)) for v in values)
+    if numbers and on_numbers is None:
+        return values[0] if len(set(values)) == 1 else None
+    out = _fold(on_numbers if numbers else on_tensors, values)
+    if op_name != "AVG":
+        return out
+    if numbers or out.is_floating_point():
+        return out / len(values)
+    return out // len(values)
 
 
 def _payload(tensors) -> list | None:
@@ -287,7 +272,6 @@ class PhantomProcessGroup(ProcessGroup):
         ranks = list(self.options.global_ranks_in_group or range(size))
         self.info = GroupInfo(self.options.group_name or "default_pg", tuple(ranks))
         self._coalescing: list[tuple[Op, Callable | None]] | None = None
-        self._lock = threading.Lock()
 
     # identity -------------------------------------------------------------------------
     def getBackendName(self) -> str:  # noqa: N802 (pybind trampoline name)

@@ -110,10 +110,6 @@ class PhantomMode(FakeTensorMode):
         sim = self.sim
         if self._depth:
             return self.dispatch(func, types, args, kwargs)
-        if func in _COLLECTIVE_OPS:
-            from phantom.distributed import ops as collective_ops
-
-            return collective_ops.handle(self, func, types, args, kwargs)
         if func in _METADATA_OPS:
             # Reaching here cost host time a real run does not spend: account for it.
             sim.begin_op(dispatched=True)
@@ -121,6 +117,10 @@ class PhantomMode(FakeTensorMode):
                 return self.dispatch(func, types, args, kwargs)
             finally:
                 sim.end_op()
+        if func in _COLLECTIVE_OPS:  # after the metadata check: most dispatches are metadata
+            from phantom.distributed import ops as collective_ops
+
+            return collective_ops.handle(self, func, types, args, kwargs)
         if not _touches_cuda(args, kwargs):
             sim.begin_op(dispatched=True)  # the real op's own run time stays the user's
             if func in _PINNED_MEMORY_OPS:
