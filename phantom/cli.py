@@ -13,6 +13,10 @@ class UsageError(Exception):
     pass
 
 
+# Above this many ranks, `phantom run` runs one process per class of equivalent ranks.
+AUTO_RANKS_ABOVE = 8
+
+
 def _run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="phantom run",
@@ -40,6 +44,11 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="whose output to show: rank 0's (default) or every rank's, prefixed")
     p.add_argument("--log-dir", metavar="DIR", default=None,
                    help="also write each rank's output to DIR/rank<N>.log")
+    p.add_argument("--ranks", default=None, metavar="auto|all|R,R,...",
+                   help="which ranks run as processes: 'all', 'auto' (one per class of "
+                        "equivalent ranks, e.g. one per pipeline stage; the others copy it), "
+                        f"or a list such as 0,8,16; default: all up to {AUTO_RANKS_ABOVE} "
+                        "ranks, auto above")
     p.add_argument("--host-speed", type=float, default=1.0,
                    help="how fast this machine runs the script's Python relative to the "
                         "simulated node's host CPU (default 1.0: as fast)")
@@ -58,7 +67,7 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     options: list[str] = []
     i = 0
     takes_value = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db"}
+                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db", "--ranks"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -97,6 +106,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
                        shipped_db=not args.no_db)
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
         _configure_cluster(config, args)
+    _configure_ranks(config, args.ranks)
     if args.module:
         config.module, config.args = args.module, target
         return config
@@ -147,6 +157,23 @@ def _configure_cluster(config: RunConfig, args: argparse.Namespace) -> None:
     config.gpu = cluster.gpu
     if args.log_dir:
         os.makedirs(args.log_dir, exist_ok=True)
+
+
+def _configure_ranks(config: RunConfig, spec: str | None) -> None:
+    """--ranks: which ranks run as processes (phantom.distributed.ranks)."""
+    from phantom.distributed.ranks import parse_ranks
+
+    if spec is None:
+        spec = "auto" if config.world_size > AUTO_RANKS_ABOVE else "all"
+    elif not config.distributed:
+        raise UsageError("--ranks needs a distributed run (--nproc-per-node, --nnodes or --cluster)")
+    try:
+        ranks = parse_ranks(spec, config.world_size)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    config.ranks = "auto" if ranks is None else ",".join(map(str, ranks))
+    if ranks is not None and 0 not in ranks:
+        raise UsageError("--ranks: rank 0 must run (it prints the script's output)")
 
 
 def cmd_clusters() -> int:

@@ -30,6 +30,11 @@ class CoordinatorClient:
             raise CoordinatorAborted(reply.message)
         return reply
 
+    def report_groups(self, groups: list[list[int]]) -> None:
+        """Process groups created (member ranks), for the coordinator's rank classes."""
+        with self._lock:
+            self._conn.send(("groups", [tuple(g) for g in groups]))
+
     def finished(self) -> None:
         try:
             with self._lock:

@@ -215,7 +215,8 @@ class RankComm:
         return Request(key=key, rank=self.rank, kind=op.kind, members=members,
                        nbytes=op.nbytes, signature=op.signature, ready_ns=ready, host_ns=host,
                        site=site, group_desc=group.desc or group.name, root=op.root,
-                       transfers=transfers, dtype_bytes=op.dtype_bytes, payload=op.payload)
+                       transfers=transfers, dtype_bytes=op.dtype_bytes, payload=op.payload,
+                       group_members=group.members if op.kind == "send_recv" else ())
 
     def _exchange(self, requests: list[Request]) -> list[Result]:
         if all(len(r.members) == 1 for r in requests) or self.client is None:

@@ -11,6 +11,13 @@ Because ranks block at issue, a wrong program cannot hang silently: when every l
 waiting and nothing can complete, the coordinator reports a deadlock with each rank's
 pending call; members that disagree (op, size, dtype, root or member list) are reported
 with both call sites as soon as the second one arrives.
+
+With representative ranks (`--ranks auto` or a list), only some ranks run. A collective is
+resolved when its *running* members have sent their parts; the others copy their class
+representative (see `ranks.py`), and the sibling groups of its family that nobody runs are
+handed to the network with it, so their traffic is there too. A point-to-point transfer to
+a rank that is not running starts that rank (`spawn`); it then replays the collectives it
+missed from the stored results.
 """
 from __future__ import annotations
 
@@ -20,11 +27,13 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, Listener
 from typing import Callable
 
+from phantom.distributed.ranks import RankClasses
 from phantom.distributed.wire import Abort, Request, Result
 
 # Resolved timing of one matched collective: (start, end, algorithm, protocol, channels).
 Timing = tuple[float, float, str, str, int]
-Scheduler = Callable[[list[Request], float], Timing]
+# schedule(requests, start, sibling groups that run the same collective at the same time)
+Scheduler = Callable[[list[Request], float, list[tuple[int, ...]]], Timing]
 FORGET_EVERY = 64  # collectives between pruning the network's reservation history
 
 
@@ -40,19 +49,30 @@ class _RankState:
 
 class Coordinator:
     def __init__(self, world_size: int, address: str, authkey: bytes, schedule: Scheduler,
-                 forget_before: Callable[[float], None] | None = None) -> None:
+                 forget_before: Callable[[float], None] | None = None,
+                 running: list[int] | None = None,
+                 spawn: Callable[[int], None] | None = None) -> None:
+        """`running`: the ranks started as processes (all of them by default); `spawn(rank)`
+        starts one more, when a running rank sends to it."""
         self.world_size = world_size
         self._schedule = schedule
         self._forget_before = forget_before
+        self._spawn = spawn
         self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
         self._lock = threading.Lock()
-        self._ranks = {r: _RankState() for r in range(world_size)}
+        running = list(range(world_size)) if running is None else running
+        self.classes = RankClasses(world_size, running)
+        self._ranks = {r: _RankState() for r in running}
         self._pending: dict[tuple, dict[int, Request]] = {}
+        # Collectives resolved while some member was not running: a rank started later
+        # replays them from here (key -> Result).
+        self._answered: dict[tuple, tuple[tuple, Result]] = {}
         self._connected = 0
         self._resolved = 0
         self.fatal: str | None = None  # set once: the run must end with this message
         self.fatal_event = threading.Event()
         self.collectives = 0
+        self.sibling_collectives = 0  # collectives run by groups nobody runs, on the network
 
     # -- connections ----------------------------------------------------------------------
     def start(self) -> None:
@@ -65,7 +85,7 @@ class Coordinator:
             pass
 
     def _accept_loop(self) -> None:
-        while self._connected < self.world_size:
+        while True:
             try:
                 conn = self._listener.accept()
             except (OSError, EOFError):
@@ -106,6 +126,9 @@ class Coordinator:
         tag = msg[0]
         if tag == "requests":
             self._on_requests(rank, msg[1])
+        elif tag == "groups":
+            with self._lock:
+                self.classes.add_groups(msg[1])
         elif tag == "done":
             with self._lock:
                 self._ranks[rank].finished = True
@@ -119,6 +142,12 @@ class Coordinator:
             state.results = {}
             state.host_ns = max(state.host_ns, max(r.host_ns for r in requests))
             for req in requests:
+                if req.key in self._answered:
+                    if not self._replay(rank, req):
+                        return
+                    continue
+                if req.kind == "send_recv":
+                    self._start_peers(req)
                 parts = self._pending.setdefault(req.key, {})
                 for other in parts.values():
                     problem = _mismatch(other, req)
@@ -126,19 +155,63 @@ class Coordinator:
                         self._fail(_mismatch_message(problem, other, req))
                         return
                 parts[rank] = req
-                if len(parts) == len(req.members) and set(parts) == set(req.members):
+                if set(parts) == self._running_members(req):
                     self._resolve(req.key, parts)
             if self.fatal is None:
                 self._check_deadlock()
+
+    def _running_members(self, req: Request) -> set[int]:
+        return {m for m in req.members if m in self.classes.running}
+
+    def _start_peers(self, req: Request) -> None:
+        """A transfer between pipeline stages, say: both ends must run, and the group it
+        went through separates classes."""
+        self.classes.saw_p2p(req.group_members or req.members)
+        for m in req.members:
+            if m not in self.classes.running:
+                self.classes.add_running(m)
+                self._ranks[m] = _RankState()
+                if self._spawn is None:
+                    self._fail(f"rank {req.rank} sends to or receives from rank {m}, which is "
+                               "not running, and this run cannot start ranks")
+                    return
+                self._spawn(m)
+
+    def _replay(self, rank: int, req: Request) -> bool:
+        """A rank started late asks for a collective resolved before it ran."""
+        signature, result = self._answered[req.key]
+        if signature != req.signature:
+            self._fail(
+                f"rank {rank} is not like the rank that stood in for it: its call #{req.key[-1]} "
+                f"of group {req.group_desc or req.key[0]} ({_describe(req)}) at {req.site} has "
+                f"signature {req.signature}, the representative's was {signature}.\n"
+                "Run every rank (--ranks all) or name one rank per class (--ranks 0,8,...).")
+            return False
+        state = self._ranks[rank]
+        state.results[req.key] = result
+        if len(state.results) == len(state.outstanding):
+            self._reply(rank, [state.results[q.key] for q in state.outstanding])
+        return True
 
     def _resolve(self, key: tuple, parts: dict[int, Request]) -> None:
         del self._pending[key]
         reqs = [parts[r] for r in sorted(parts)]
         ready = max(r.ready_ns for r in reqs)
-        start, end, algorithm, protocol, channels = self._schedule(reqs, ready)
+        first = reqs[0]
+        absent = [m for m in first.members if m not in parts]
+        siblings = self.classes.siblings(first.group_members or first.members) if absent or \
+            first.kind == "send_recv" else []
+        start, end, algorithm, protocol, channels = self._schedule(reqs, ready, siblings)
         payloads = {r.rank: r.payload for r in reqs if r.payload is not None}
+        for m in absent:  # a rank that does not run sends what its representative sent
+            rep = self.classes.representative(m)
+            if rep in payloads:
+                payloads[m] = payloads[rep]
         result = Result(start, end, payloads, algorithm, protocol, channels)
+        if absent:
+            self._answered[key] = (first.signature, result)
         self.collectives += 1
+        self.sibling_collectives += len(siblings)
         for r in reqs:
             state = self._ranks[r.rank]
             state.results[key] = result
@@ -161,7 +234,7 @@ class Coordinator:
 
     # -- failures -------------------------------------------------------------------------
     def _check_deadlock(self) -> None:
-        if self._connected < self.world_size or self.fatal is not None:
+        if self._connected < len(self._ranks) or self.fatal is not None:
             return
         live = {r: s for r, s in self._ranks.items() if not (s.finished or s.gone)}
         waiting = {r: s for r, s in live.items() if s.outstanding}
@@ -172,7 +245,7 @@ class Coordinator:
             for req in s.outstanding:
                 if req.key in s.results:
                     continue
-                done = [m for m in req.members if self._ranks[m].finished]
+                done = [m for m in req.members if m in self._ranks and self._ranks[m].finished]
                 if done:
                     self._fail(
                         f"rank {r} waits in {_describe(req)} at {req.site}, but rank(s) "
@@ -187,7 +260,7 @@ class Coordinator:
                 if req.key in waiting[r].results:
                     continue
                 arrived = sorted(self._pending.get(req.key, {}))
-                missing = [m for m in req.members if m not in arrived]
+                missing = [m for m in self._running_members(req) if m not in arrived]
                 lines.append(f"  rank {r}: {_describe(req)} at {req.site} "
                              f"(waiting for rank(s) {', '.join(map(str, missing))})")
         lines.append("Ranks must call collectives of a group in the same order; "

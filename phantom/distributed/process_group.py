@@ -607,8 +607,9 @@ class PhantomProcessGroup(ProcessGroup):
                               "not simulated; name the source rank.")
 
 
-def install(comm: "RankComm") -> None:
-    """Make `init_process_group("nccl")` (and the default backend on CUDA) build phantom's group."""
+def install(comm: "RankComm", every_rank_runs: bool = True) -> None:
+    """Make `init_process_group("nccl")` (and the default backend on CUDA) build phantom's group.
+    `every_rank_runs` is False with representative ranks (--ranks auto or a list)."""
     global _COMM
     _COMM = comm
     c10d = dist.distributed_c10d
@@ -621,6 +622,9 @@ def install(comm: "RankComm") -> None:
     # c10d warns that NCCL is not compiled in.
     c10d.default_pg_nccl_timeout = c10d.default_pg_timeout
     _real_payloads_for_object_collectives(c10d)
+    _report_group_structure(c10d, comm)
+    if not every_rank_runs:
+        _store_without_waiting_for_workers()
     _wait_for_reducer_buckets(comm)
     dist._verify_params_across_processes = _verify_params_across_processes
     dist.Logger = _ddp_logger_class(dist.Logger)
@@ -704,6 +708,60 @@ def _real_payloads_for_object_collectives(c10d) -> None:
         wrapped = _on_cpu(getattr(c10d, name))
         setattr(c10d, name, wrapped)
         setattr(dist, name, wrapped)
+
+
+def _report_group_structure(c10d, comm: "RankComm") -> None:
+    """Tell the coordinator every group created, this rank a member or not: with
+    representative ranks, the groups nobody runs are found from it (distributed/ranks.py).
+    `new_group` names every group through `_process_group_name` on every rank;
+    `split_group` (DeviceMesh's path when the default group has a bound device) gets all the
+    splits at once, but DeviceMesh imported it by name, so both references are wrapped."""
+    if comm.client is None:
+        return
+    real_name, real_split = c10d._process_group_name, c10d.split_group
+
+    def process_group_name(ranks, use_hashed_name):
+        if ranks:
+            comm.client.report_groups([sorted(ranks)])
+        return real_name(ranks, use_hashed_name)
+
+    @functools.wraps(real_split)
+    def split_group(parent_pg=None, split_ranks=None, *args, **kwargs):
+        if split_ranks:
+            parent = parent_pg if parent_pg is not None else c10d._get_default_group()
+            members = c10d.get_process_group_ranks(parent)
+            comm.client.report_groups([sorted(members[r] for r in g) for g in split_ranks])
+        return real_split(parent_pg, split_ranks, *args, **kwargs)
+
+    c10d._process_group_name = process_group_name
+    c10d.split_group = dist.split_group = split_group
+    from torch.distributed import device_mesh
+
+    if hasattr(device_mesh, "split_group"):
+        device_mesh.split_group = split_group
+
+
+def _store_without_waiting_for_workers() -> None:
+    """The env:// and tcp:// rendezvous make rank 0 host a TCPStore that waits until all
+    `world_size` ranks have connected (rendezvous._create_c10d_store). With representative
+    ranks most never start, so rank 0's store does not wait; ranks that do start connect to
+    it as usual."""
+    import importlib
+    from datetime import timedelta
+
+    # `torch.distributed.rendezvous` the attribute is a function; the module is wanted.
+    rendezvous = importlib.import_module("torch.distributed.rendezvous")
+    real = rendezvous._create_c10d_store
+
+    @functools.wraps(real)
+    def create_store(hostname, port, rank, world_size, timeout: timedelta, use_libuv=True):
+        if rank != 0 or rendezvous._torchelastic_use_agent_store():
+            return real(hostname, port, rank, world_size, timeout, use_libuv)
+        return dist.TCPStore(host_name=hostname, port=port, world_size=world_size,
+                             is_master=True, timeout=timeout, multi_tenant=True,
+                             use_libuv=use_libuv, wait_for_workers=False)
+
+    rendezvous._create_c10d_store = create_store
 
 
 def _on_cpu(fn):

@@ -31,6 +31,7 @@ class Request:
     transfers: tuple = ()      # (src, dst, bytes) for point-to-point traffic
     dtype_bytes: int = 2
     payload: Any = None        # real CPU data (object collectives, CPU tensors); None for CUDA
+    group_members: tuple[int, ...] = ()  # send_recv: the whole group it goes through
 
 
 @dataclass

@@ -59,7 +59,7 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
     client = CoordinatorClient(rank) if config.world_size > 1 else None
     sim.comm = RankComm(sim, rank, config.world_size, client)
-    process_group.install(sim.comm)
+    process_group.install(sim.comm, every_rank_runs=config.ranks == "all")
 
 
 def _finish_distributed(sim, exit_code: int) -> int:

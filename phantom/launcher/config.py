@@ -25,6 +25,7 @@ class RunConfig:
     cluster: str | None = None  # preset name or TOML path (phantom.network)
     tee: str = "0"  # "0": rank 0's output only; "all": every rank's, prefixed
     log_dir: str | None = None
+    ranks: str = "all"  # which ranks run as processes: "all", "auto" or "0,8,16" (--ranks)
     db_paths: list[str] = field(default_factory=list)  # --db: kernel databases (phantom.cost.db)
     shipped_db: bool = True  # --no-db: leave the shipped database out (fallback model only)
     record_path: str | None = None  # phantom profile: write every op signature here (JSON)
@@ -32,6 +33,14 @@ class RunConfig:
     @property
     def world_size(self) -> int:
         return self.nnodes * self.nproc_per_node
+
+    def initial_ranks(self) -> list[int]:
+        """The ranks started at launch; with "auto", rank 0 (the others start on demand)."""
+        if self.ranks == "all":
+            return list(range(self.world_size))
+        if self.ranks == "auto":
+            return [0]
+        return [int(r) for r in self.ranks.split(",")]
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -9,6 +9,7 @@ behind (each rank runs in its own process group, which is killed as a whole).
 from __future__ import annotations
 
 import os
+import queue
 import secrets
 import shutil
 import signal
@@ -118,39 +119,46 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path) -> _Rank
 def _launch_ranks(config: RunConfig) -> int:
     from phantom.distributed.coordinator import Coordinator
     from phantom.distributed.wire import socket_path
-    from phantom.network import CollectiveOp, NetworkSimulator, load_cluster
+    from phantom.network import NetworkSimulator, load_cluster
 
     cluster = load_cluster(config.cluster, nnodes=config.nnodes,
                            nproc_per_node=config.nproc_per_node, gpu=config.gpu)
     network = NetworkSimulator(cluster)
 
-    def schedule(requests, ready_ns):
-        first = requests[0]
-        op = CollectiveOp(kind=first.kind, ranks=tuple(first.members),
-                          nbytes=max(r.nbytes for r in requests), root=first.root,
-                          transfers=tuple(t for r in requests for t in r.transfers),
-                          dtype_bytes=first.dtype_bytes)
-        s = network.schedule(op, ready_ns)
+    def schedule(requests, ready_ns, siblings):
+        op = _collective_op(requests)
+        group = requests[0].group_members or op.ranks
+        s = network.schedule(op, ready_ns, [_sibling_op(op, group, g) for g in siblings])
         return s.start_ns, s.end_ns, s.algorithm, s.protocol, s.channels
 
     run_dir = Path(tempfile.mkdtemp(prefix="phantom-run-"))
     log_dir = Path(config.log_dir) if config.log_dir else run_dir
     log_dir.mkdir(parents=True, exist_ok=True)
     authkey = secrets.token_hex(16)
+    to_start: queue.Queue[int] = queue.Queue()  # ranks the coordinator wants started
+    initial = config.initial_ranks()
     coordinator = Coordinator(config.world_size, socket_path(str(run_dir)),
-                              bytes.fromhex(authkey), schedule, network.forget_before)
+                              bytes.fromhex(authkey), schedule, network.forget_before,
+                              running=initial, spawn=to_start.put)
     coordinator.start()
     port, run_id = _free_port(), f"phantom-{os.getpid()}"
     ranks: list[_Rank] = []
+
+    def start(rank: int) -> None:
+        env = _rank_env(config, rank, port, run_id, socket_path(str(run_dir)), authkey)
+        ranks.append(_start_rank(config, rank, env, log_dir))
+
     # Ctrl-C and `kill` both end the run with every rank; a shell that started phantom in
     # the background may have left SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        for rank in range(config.world_size):
-            env = _rank_env(config, rank, port, run_id, socket_path(str(run_dir)), authkey)
-            ranks.append(_start_rank(config, rank, env, log_dir))
-        return _supervise(config, ranks, coordinator)
+        for rank in initial:
+            start(rank)
+        code = _supervise(config, ranks, coordinator, to_start, start)
+        if code == 0 and len(ranks) < config.world_size and not config.quiet:
+            _print_classes(coordinator, network)
+        return code
     except KeyboardInterrupt:
         print("phantom: interrupted; stopping all ranks", file=sys.stderr)
         return 130
@@ -173,10 +181,59 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _supervise(config: RunConfig, ranks: list[_Rank], coordinator) -> int:
-    """Wait for every rank; the first failure (or a coordinator diagnosis) ends the run."""
+def _collective_op(requests):
+    from phantom.network import CollectiveOp
+
+    first = requests[0]
+    return CollectiveOp(kind=first.kind, ranks=tuple(first.members),
+                        nbytes=max(r.nbytes for r in requests), root=first.root,
+                        transfers=tuple(t for r in requests for t in r.transfers),
+                        dtype_bytes=first.dtype_bytes)
+
+
+def _sibling_op(op, group: tuple[int, ...], sibling: tuple[int, ...]):
+    """`op` as the sibling group runs it: every rank replaced by the one at its position."""
+    from phantom.distributed.ranks import translate
+    from phantom.network import CollectiveOp
+
+    def tr(rank):
+        return None if rank is None else translate(rank, group, sibling)
+
+    return CollectiveOp(kind=op.kind, ranks=tuple(tr(r) for r in op.ranks), nbytes=op.nbytes,
+                        root=tr(op.root), dtype_bytes=op.dtype_bytes,
+                        transfers=tuple((tr(s), tr(d), b) for s, d, b in op.transfers))
+
+
+def _print_classes(coordinator, network) -> None:
+    classes = coordinator.classes.classes()
+    parts = [f"{rep} for {_span(members)}" for rep, members in classes.items()]
+    print(f"phantom: {len(classes)} of {coordinator.world_size} ranks ran (--ranks): "
+          + "; ".join(parts) + f". {network.sibling_ops:,} collectives of the other groups "
+          f"were accounted, {network.sibling_ops_shared:,} shared links with a simulated one.",
+          file=sys.stderr)
+
+
+def _span(ranks: list[int]) -> str:
+    """[0,1,2,3,8] -> '0-3,8'."""
+    out, i = [], 0
+    while i < len(ranks):
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        out.append(str(ranks[i]) if i == j else f"{ranks[i]}-{ranks[j]}")
+        i = j + 1
+    return ",".join(out)
+
+
+def _supervise(config: RunConfig, ranks: list[_Rank], coordinator,
+               to_start: "queue.Queue[int]", start) -> int:
+    """Wait for every rank; the first failure (or a coordinator diagnosis) ends the run.
+    Ranks the coordinator asks for are started here, on the main thread."""
     running = list(ranks)
-    while running:
+    while running or not to_start.empty():
+        while not to_start.empty():
+            start(to_start.get())
+            running.append(ranks[-1])
         if coordinator.fatal_event.is_set():
             time.sleep(0.5)  # let the ranks print the error they were sent
             print(f"phantom: error: {coordinator.fatal}", file=sys.stderr)

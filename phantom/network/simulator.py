@@ -4,10 +4,17 @@ A collective's time is NCCL's modelled latency for the chosen algorithm and prot
 per-step hardware latencies) followed by its data movement through the flow model: its
 entities share the links max-min fairly, on whatever capacity the collectives placed earlier
 left at each instant. Its own link use is then reserved, so later placements see it.
+
+With representative ranks, a collective may come with *siblings*: the same collective run at
+the same moment by groups whose ranks are not simulated as processes. A sibling whose links
+are disjoint from the collective's cannot change its timing and is only counted; the ones
+that share a link run in one max-min flow phase with it (fair sharing, not first come).
 """
 from __future__ import annotations
 
 import math
+
+from collections.abc import Sequence
 
 from phantom.network import nccl_model as nm
 from phantom.network.cluster import ClusterSpec
@@ -31,11 +38,18 @@ class NetworkSimulator:
         self._book = ReservationBook()
         self._measured = load_tables() if measured is None else measured
         self._idle_cache: dict[tuple, float] = {}
+        self._plan_cache: dict[tuple, tuple] = {}
+        self.sibling_ops = 0         # sibling collectives seen
+        self.sibling_ops_shared = 0  # ... of which shared a link with their collective
 
     # --- public API --------------------------------------------------------------------------
 
-    def schedule(self, op: CollectiveOp, start_ns: float) -> ScheduledCollective:
-        """Place `op`, whose members are all ready at `start_ns`, and return its timing."""
+    def schedule(self, op: CollectiveOp, start_ns: float,
+                 siblings: Sequence[CollectiveOp] = ()) -> ScheduledCollective:
+        """Place `op`, whose members are all ready at `start_ns`, and return its timing.
+        `siblings` run the same collective on other ranks at the same time."""
+        if siblings:
+            return self._place_with_siblings(op, siblings, float(start_ns))
         return self._place(op, float(start_ns), self._book, commit=True)
 
     def estimate(self, op: CollectiveOp) -> ScheduledCollective:
@@ -138,7 +152,7 @@ class NetworkSimulator:
         validate_op(op, self.cluster.world_size)
         algorithm, protocol, channels, lat_ns, entities = self._plan(op)
         data_start = start + lat_ns
-        end = self._flow(entities, data_start, book, commit) if entities else data_start
+        end = max(self._flow(entities, data_start, book, commit), default=data_start)
         scale = self._measured_scale(op)
         if scale is not None:
             # Link reservations keep the model's timing; only the end moves.
@@ -158,13 +172,48 @@ class NetworkSimulator:
         if idle is None:
             _, _, _, lat_ns, entities = self._plan(op)
             book = ReservationBook()
-            idle = (self._flow(entities, lat_ns, book, False) if entities else lat_ns)
+            idle = max(self._flow(entities, lat_ns, book, False), default=lat_ns)
             self._idle_cache[key] = idle
         return table.time_ns(op.kind, size) / idle if idle > 0 else None
 
-    def _flow(self, entities: list[Entity], t: float, book: ReservationBook, commit: bool) -> float:
-        """Run the entities from time t on the capacity `book` leaves; return when all are done."""
+    def _place_with_siblings(self, op: CollectiveOp, siblings: Sequence[CollectiveOp],
+                             start: float) -> ScheduledCollective:
+        validate_op(op, self.cluster.world_size)
+        algorithm, protocol, channels, lat_ns, entities = self._plan(op)
+        links = {l for e in entities for l in e.weights}
+        joint = list(entities)
+        for sib in siblings:
+            self.sibling_ops += 1
+            sib_entities, sib_links = self._cached_plan(sib)
+            if links & sib_links:
+                self.sibling_ops_shared += 1
+                joint.extend(sib_entities)
+        if len(joint) == len(entities):  # nothing shared: the siblings cannot matter
+            return self._place(op, start, self._book, commit=True)
+        data_start = start + lat_ns
+        finish = self._flow(joint, data_start, self._book, commit=True)
+        end = max(finish[:len(entities)], default=data_start)
+        scale = self._measured_scale(op)
+        if scale is not None:
+            end = start + (end - start) * scale
+        return ScheduledCollective(start, end, algorithm, protocol, channels)
+
+    def _cached_plan(self, op: CollectiveOp) -> tuple[list[Entity], set[int]]:
+        key = (op.kind, op.ranks, op.nbytes, op.root, op.transfers, op.dtype_bytes)
+        hit = self._plan_cache.get(key)
+        if hit is None:
+            if len(self._plan_cache) > 4096:
+                self._plan_cache.clear()
+            validate_op(op, self.cluster.world_size)
+            entities = self._plan(op)[4]
+            hit = self._plan_cache[key] = (entities, {l for e in entities for l in e.weights})
+        return hit
+
+    def _flow(self, entities: list[Entity], t: float, book: ReservationBook,
+              commit: bool) -> list[float]:
+        """Run the entities from time t on the capacity `book` leaves; return when each is done."""
         cap = self.topology.capacity
+        finish = [t] * len(entities)
         remaining = [e.volume for e in entities]
         active = [i for i, e in enumerate(entities) if e.volume > 0]
         links = sorted({l for e in entities for l in e.weights})
@@ -185,6 +234,7 @@ class NetworkSimulator:
             for i, r in zip(active, rates):
                 if r == math.inf:  # no link in its way: a local copy
                     remaining[i] = 0.0
+                    finish[i] = t
                     continue
                 finishes = r > 0 and t + remaining[i] / r <= t_next
                 # A flow whose finish set t_next is done; subtracting r * dt instead can leave
@@ -194,6 +244,8 @@ class NetworkSimulator:
                     load[l] = load.get(l, 0.0) + w * r
                 if remaining[i] > _DONE_FRACTION * entities[i].volume:
                     still.append(i)
+                else:
+                    finish[i] = t_next
             if dt > 0 and load:
                 segments.append((t, t_next, load))
             active = still
@@ -202,4 +254,4 @@ class NetworkSimulator:
             for t0, t1, load in segments:
                 for l, amount in load.items():
                     book.add(l, t0, t1, amount)
-        return t
+        return finish
