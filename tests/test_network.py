@@ -338,3 +338,21 @@ def test_bad_preset_and_cli_overrides():
         validate(with_nvls(load_cluster("nvlink-node", gpu="A100")))
     c = load_cluster("h100-ib", nnodes=16, nproc_per_node=4, gpu="H200")
     assert (c.nodes, c.gpus_per_node, c.gpu, c.nvlink_gbps) == (16, 4, "H200", 450.0)
+
+
+def test_vectorised_max_min_agrees_with_the_reference(monkeypatch):
+    import random
+
+    from phantom.network import maxmin
+
+    rng = random.Random(7)
+    links = [f"l{j}" for j in range(40)]
+    cap = {l: rng.choice([50.0, 100.0, 450.0]) for l in links}
+    weights = [{l: rng.choice([1.0, 2.0]) for l in rng.sample(links, 5)} for _ in range(200)]
+    weights.append({})  # a local copy: no link, its own ceiling
+    ceilings = [rng.choice([math.inf, 3.0, 8.0]) for _ in range(200)] + [5.0]
+    monkeypatch.setattr(maxmin, "VECTOR_FROM", 10**9)
+    reference = maxmin.max_min_rates(weights, cap, ceilings)
+    monkeypatch.setattr(maxmin, "VECTOR_FROM", 1)
+    assert maxmin.max_min_rates(weights, cap, ceilings) == pytest.approx(reference, rel=1e-9)
+    assert reference[-1] == 5.0

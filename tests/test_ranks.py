@@ -79,3 +79,76 @@ def test_parse_ranks():
         parse_ranks("0,40", 32)
     with pytest.raises(ValueError, match="expected 'auto', 'all'"):
         parse_ranks("some", 32)
+
+
+# -- end to end, through `phantom run` ------------------------------------------------------
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def phantom_run(*args: str, env: dict | None = None, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "phantom.cli", "run", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **(env or {})})
+
+
+def summary(out: str) -> dict[str, float]:
+    line = next(l for l in out.splitlines() if l.startswith("summary:"))
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", line)}
+
+
+def test_representative_ranks_match_every_rank_on_pp_tp_dp():
+    """8 ranks as pp 2 x dp 2 x tp 2: one process per pipeline stage stands in for the
+    others. Host time is taken out (--host-speed 0.001): what is compared is the
+    simulation, not this machine's per-process timing noise."""
+    args = ["--nproc-per-node", "8", "--host-speed", "0.001", "examples/llama_train.py",
+            "--preset", "debug", "--seq-len", "1024", "--local-batch-size", "2", "--tp", "2",
+            "--pp", "2", "--steps", "3", "--warmup", "1"]
+    every = phantom_run("--ranks", "all", *args)
+    assert every.returncode == 0, every.stderr[-3000:]
+    rep = phantom_run("--ranks", "auto", *args)
+    assert rep.returncode == 0, rep.stderr[-3000:]
+    assert "2 of 8 ranks ran" in rep.stderr and "0 for 0-3; 4 for 4-7" in rep.stderr
+    a, b = summary(every.stdout), summary(rep.stdout)
+    # tokens/s: the iteration time with more digits than the printed milliseconds
+    tps_all, tps_auto = a["tokens_per_s_per_gpu"], b["tokens_per_s_per_gpu"]
+    assert abs(tps_auto - tps_all) <= 0.01 * tps_all, (tps_all, tps_auto)
+    assert b["peak_alloc_gib"] == a["peak_alloc_gib"]
+    assert b["max_peak_alloc_gib"] == a["max_peak_alloc_gib"]
+
+
+def test_a_rank_unlike_its_representative_is_reported(tmp_path):
+    script = tmp_path / "uneven.py"
+    script.write_text(
+        "import os, torch, torch.distributed as dist\n"
+        "dist.init_process_group('nccl')\nrank = dist.get_rank()\n"
+        "torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+        "dist.all_reduce(torch.ones(4 + rank, device='cuda'))  # a size that depends on the rank\n"
+        "x = torch.ones(4, device='cuda')\n"
+        "if rank == 0:\n    dist.send(x, dst=1)\nelif rank == 1:\n    dist.recv(x, src=0)\n")
+    res = phantom_run("--nproc-per-node", "4", "--ranks", "auto", str(script), cwd=tmp_path)
+    assert res.returncode != 0
+    assert "rank 1 is not like the rank that stood in for it" in res.stderr
+    assert "--ranks all" in res.stderr
+
+
+def test_ranks_without_the_fork_server(tmp_path):
+    script = tmp_path / "ar.py"
+    script.write_text("import torch, torch.distributed as dist\ndist.init_process_group('nccl')\n"
+                      "x = torch.ones(4)\ndist.all_reduce(x)\nprint('sum', x.tolist())\n")
+    res = phantom_run("--nproc-per-node", "2", "--quiet", str(script), cwd=tmp_path,
+                      env={"PHANTOM_NO_FORK_SERVER": "1"})
+    assert res.returncode == 0, res.stderr
+    assert "sum [2.0, 2.0, 2.0, 2.0]" in res.stdout
+
+
+def test_ranks_option_is_validated():
+    res = phantom_run("--nproc-per-node", "4", "--ranks", "1,2", "examples/dist_train.py")
+    assert res.returncode == 2 and "rank 0 must run" in res.stderr
+    res = phantom_run("--ranks", "auto", "examples/gpt_train.py")
+    assert res.returncode == 2 and "needs a distributed run" in res.stderr

@@ -77,17 +77,34 @@ def _finish_distributed(sim, exit_code: int) -> int:
     return exit_code
 
 
+_prepared = False
+
+
+def prepare_process(quiet: bool) -> None:
+    """The rank-independent start: the fake CUDA library, then torch (in that order). The
+    fork server (forkserver.py) does this once for all the ranks it forks."""
+    global _prepared
+    if _prepared:
+        return
+    from phantom.native import load_fake_cuda
+
+    load_fake_cuda(quiet=quiet)
+    import torch  # noqa: F401  (after the fake CUDA library, on purpose)
+
+    import phantom.context  # noqa: F401
+    import phantom.interception  # noqa: F401
+    import phantom.report  # noqa: F401
+
+    _prepared = True
+
+
 def main() -> int:
     config = RunConfig.from_json(os.environ[ENV_VAR])
     # `kill -USR1 <pid>` prints where a rank is, for a run that seems stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     real_clock = time.perf_counter  # the simulation replaces time.perf_counter below
     wall_start = real_clock()
-
-    from phantom.native import load_fake_cuda
-
-    load_fake_cuda(quiet=config.quiet)
-    import torch  # noqa: F401  (after the fake CUDA library, on purpose)
+    prepare_process(config.quiet)
 
     from phantom import interception
     from phantom.context import SimOptions, Simulation

@@ -22,9 +22,13 @@ import time
 from pathlib import Path
 
 from phantom.launcher.config import ENV_VAR, RunConfig
+from phantom.launcher.forkserver import ForkServer
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40
+# PHANTOM_NO_FORK_SERVER=1: start every rank as a fresh Python instead of forking it from a
+# pre-warmed parent (forkserver.py).
+NO_FORK_SERVER = "PHANTOM_NO_FORK_SERVER"
 
 
 def launch(config: RunConfig) -> int:
@@ -96,19 +100,32 @@ def _pump(stream, sink, prefix: str, log) -> None:
     stream.close()
 
 
-def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path) -> _Rank:
+def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path,
+                server: ForkServer | None) -> _Rank:
     shown = config.tee == "all" or rank == 0
     log_path = log_dir / f"rank{rank}.log"
     if rank == 0 and config.tee != "all" and not config.log_dir:
         # Rank 0 talks to the terminal directly, as the script would.
+        if server is not None:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            return _Rank(rank, server.start(rank, env, 1, 2), None)
         proc = subprocess.Popen(BOOTSTRAP, env=env, start_new_session=True)
         return _Rank(rank, proc, None)
-    proc = subprocess.Popen(BOOTSTRAP, env=env, start_new_session=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if server is not None:
+        (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
+        proc = server.start(rank, env, out_w, err_w)
+        os.close(out_w)
+        os.close(err_w)
+        streams = (os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+    else:
+        proc = subprocess.Popen(BOOTSTRAP, env=env, start_new_session=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        streams = (proc.stdout, proc.stderr)
     r = _Rank(rank, proc, log_path)
     log = open(log_path, "ab")
     prefix = f"[rank{rank}]: " if config.tee == "all" else ""
-    for stream, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer)):
+    for stream, sink in zip(streams, (sys.stdout.buffer, sys.stderr.buffer)):
         t = threading.Thread(target=_pump, args=(stream, sink if shown else None, prefix, log),
                              daemon=True)
         t.start()
@@ -144,15 +161,19 @@ def _launch_ranks(config: RunConfig) -> int:
     port, run_id = _free_port(), f"phantom-{os.getpid()}"
     ranks: list[_Rank] = []
 
+    server = None
+
     def start(rank: int) -> None:
         env = _rank_env(config, rank, port, run_id, socket_path(str(run_dir)), authkey)
-        ranks.append(_start_rank(config, rank, env, log_dir))
+        ranks.append(_start_rank(config, rank, env, log_dir, server))
 
     # Ctrl-C and `kill` both end the run with every rank; a shell that started phantom in
     # the background may have left SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
+        if os.environ.get(NO_FORK_SERVER) != "1":
+            server = ForkServer(_rank_env(config, 0, port, run_id, socket_path(str(run_dir)), authkey))
         for rank in initial:
             start(rank)
         code = _supervise(config, ranks, coordinator, to_start, start)
@@ -173,6 +194,8 @@ def _launch_ranks(config: RunConfig) -> int:
             for t in r.readers:
                 t.join(timeout=2)
         coordinator.close()
+        if server is not None:
+            server.close()
         if not config.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
 
