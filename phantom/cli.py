@@ -49,6 +49,11 @@ def _run_parser() -> argparse.ArgumentParser:
                         "equivalent ranks, e.g. one per pipeline stage; the others copy it), "
                         f"or a list such as 0,8,16; default: all up to {AUTO_RANKS_ABOVE} "
                         "ranks, auto above")
+    p.add_argument("--executor", choices=("local", "ray"), default="local",
+                   help="where rank processes run: this machine (default) or a Ray cluster")
+    p.add_argument("--ray-address", metavar="ADDR", default=None,
+                   help="with --executor ray: the cluster to join (as ray.init(address=...)); "
+                        "default: RAY_ADDRESS, or a local Ray instance started for the run")
     p.add_argument("--host-speed", type=float, default=1.0,
                    help="how fast this machine runs the script's Python relative to the "
                         "simulated node's host CPU (default 1.0: as fast)")
@@ -67,7 +72,8 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     options: list[str] = []
     i = 0
     takes_value = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db", "--ranks"}
+                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db", "--ranks",
+                   "--executor", "--ray-address"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -107,6 +113,15 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
         _configure_cluster(config, args)
     _configure_ranks(config, args.ranks)
+    if args.executor == "ray" or args.ray_address:
+        if not config.distributed:
+            raise UsageError("--executor ray needs a distributed run (--nproc-per-node, "
+                             "--nnodes or --cluster)")
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise UsageError("--executor ray needs Ray: pip install 'phantom-sim[ray]'") from None
+        config.executor, config.ray_address = "ray", args.ray_address
     if args.module:
         config.module, config.args = args.module, target
         return config

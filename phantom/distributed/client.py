@@ -15,8 +15,14 @@ class CoordinatorAborted(RuntimeError):
 class CoordinatorClient:
     def __init__(self, rank: int) -> None:
         self.rank = rank
-        self._conn = Client(os.environ[ENV_ADDRESS], family="AF_UNIX",
-                            authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
+        address = os.environ[ENV_ADDRESS]
+        if address.startswith("tcp:"):  # a coordinator on another host (--executor ray)
+            host, port = address[4:].rsplit(":", 1)
+            self._conn = Client((host, int(port)), family="AF_INET",
+                                authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
+        else:
+            self._conn = Client(address, family="AF_UNIX",
+                                authkey=bytes.fromhex(os.environ[ENV_AUTHKEY]))
         self._conn.send(("hello", rank, os.getpid()))
         # DDP's reducer issues collectives from the autograd thread: one request at a time.
         self._lock = threading.Lock()

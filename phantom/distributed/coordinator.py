@@ -48,7 +48,8 @@ class _RankState:
 
 
 class Coordinator:
-    def __init__(self, world_size: int, address: str, authkey: bytes, schedule: Scheduler,
+    def __init__(self, world_size: int, address: str | tuple[str, int], authkey: bytes,
+                 schedule: Scheduler,
                  forget_before: Callable[[float], None] | None = None,
                  running: list[int] | None = None,
                  spawn: Callable[[int], None] | None = None) -> None:
@@ -58,7 +59,11 @@ class Coordinator:
         self._schedule = schedule
         self._forget_before = forget_before
         self._spawn = spawn
-        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
+        family = "AF_INET" if isinstance(address, tuple) else "AF_UNIX"
+        self._listener = Listener(address, family=family, authkey=authkey)
+        # What ranks connect to: a socket path, or "tcp:HOST:PORT" (ranks on other hosts).
+        self.address = (f"tcp:{address[0]}:{self._listener.address[1]}"
+                        if family == "AF_INET" else address)
         self._lock = threading.Lock()
         running = list(range(world_size)) if running is None else running
         self.classes = RankClasses(world_size, running)

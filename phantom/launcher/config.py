@@ -25,6 +25,8 @@ class RunConfig:
     cluster: str | None = None  # preset name or TOML path (phantom.network)
     tee: str = "0"  # "0": rank 0's output only; "all": every rank's, prefixed
     log_dir: str | None = None
+    executor: str = "local"  # where rank processes run: "local" or "ray" (--executor)
+    ray_address: str | None = None  # --ray-address: an existing Ray cluster; None: ray.init()'s default
     ranks: str = "all"  # which ranks run as processes: "all", "auto" or "0,8,16" (--ranks)
     db_paths: list[str] = field(default_factory=list)  # --db: kernel databases (phantom.cost.db)
     shipped_db: bool = True  # --no-db: leave the shipped database out (fallback model only)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from phantom.launcher.config import ENV_VAR, RunConfig
 from phantom.launcher.forkserver import ForkServer
+from phantom.launcher.ray_executor import RayExecutor
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40
@@ -82,11 +83,15 @@ class _Rank:
         self.readers: list[threading.Thread] = []
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        if self.proc.poll() is not None:
+            return
+        if hasattr(self.proc, "kill_rank"):  # a Ray actor
+            self.proc.kill_rank()
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def _pump(stream, sink, prefix: str, log) -> None:
@@ -154,26 +159,47 @@ def _launch_ranks(config: RunConfig) -> int:
     authkey = secrets.token_hex(16)
     to_start: queue.Queue[int] = queue.Queue()  # ranks the coordinator wants started
     initial = config.initial_ranks()
-    coordinator = Coordinator(config.world_size, socket_path(str(run_dir)),
-                              bytes.fromhex(authkey), schedule, network.forget_before,
-                              running=initial, spawn=to_start.put)
+    ray = None
+    if config.executor == "ray":
+        ray = RayExecutor(config.ray_address, _RankOutput(config, log_dir).write)
+        listen: str | tuple[str, int] = (ray.node_ip, 0)
+    else:
+        listen = socket_path(str(run_dir))
+    coordinator = Coordinator(config.world_size, listen, bytes.fromhex(authkey), schedule,
+                              network.forget_before, running=initial, spawn=to_start.put)
     coordinator.start()
-    port, run_id = _free_port(), f"phantom-{os.getpid()}"
+    run_id = f"phantom-{os.getpid()}"
+    store = None
+    if ray is not None:
+        # The ranks may be on other hosts: this process hosts the rendezvous store, as
+        # torchrun's agent does, and every rank is its client.
+        store = _agent_store(ray.node_ip)
+        master = {"MASTER_ADDR": ray.node_ip, "MASTER_PORT": str(store.port),
+                  "TORCHELASTIC_USE_AGENT_STORE": "True"}
+    else:
+        master = {"MASTER_PORT": str(_free_port())}
     ranks: list[_Rank] = []
-
     server = None
 
+    def env_of(rank: int) -> dict[str, str]:
+        env = _rank_env(config, rank, 0, run_id, coordinator.address, authkey)
+        env.update(master)
+        return env
+
     def start(rank: int) -> None:
-        env = _rank_env(config, rank, port, run_id, socket_path(str(run_dir)), authkey)
-        ranks.append(_start_rank(config, rank, env, log_dir, server))
+        if ray is not None:
+            env = {k: v for k, v in env_of(rank).items() if os.environ.get(k) != v}
+            ranks.append(_Rank(rank, ray.start(rank, env), log_dir / f"rank{rank}.log"))
+        else:
+            ranks.append(_start_rank(config, rank, env_of(rank), log_dir, server))
 
     # Ctrl-C and `kill` both end the run with every rank; a shell that started phantom in
     # the background may have left SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
-        if os.environ.get(NO_FORK_SERVER) != "1":
-            server = ForkServer(_rank_env(config, 0, port, run_id, socket_path(str(run_dir)), authkey))
+        if ray is None and os.environ.get(NO_FORK_SERVER) != "1":
+            server = ForkServer(env_of(0))
         for rank in initial:
             start(rank)
         code = _supervise(config, ranks, coordinator, to_start, start)
@@ -196,8 +222,38 @@ def _launch_ranks(config: RunConfig) -> int:
         coordinator.close()
         if server is not None:
             server.close()
+        if ray is not None:
+            ray.close()
         if not config.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def _agent_store(host: str):
+    import torch.distributed as dist
+
+    return dist.TCPStore(host, 0, is_master=True, wait_for_workers=False)
+
+
+class _RankOutput:
+    """Where a rank's output lines go when they arrive as lines (Ray): the terminal for the
+    ranks shown (--tee), and each rank's log file."""
+
+    def __init__(self, config: RunConfig, log_dir: Path) -> None:
+        self._config = config
+        self._log_dir = log_dir
+        self._logs: dict[int, object] = {}
+
+    def write(self, rank: int, tag: str, line: bytes) -> None:
+        log = self._logs.get(rank)
+        if log is None:
+            log = self._logs[rank] = open(self._log_dir / f"rank{rank}.log", "ab")
+        log.write(line)
+        log.flush()
+        if self._config.tee == "all" or rank == 0:
+            sink = sys.stdout.buffer if tag == "out" else sys.stderr.buffer
+            prefix = f"[rank{rank}]: ".encode() if self._config.tee == "all" else b""
+            sink.write(prefix + line)
+            sink.flush()
 
 
 def _raise_interrupt(signum, frame):
