@@ -31,6 +31,8 @@ class NetworkSimulator:
         self._book = ReservationBook()
         self._measured = load_tables() if measured is None else measured
         self._idle_cache: dict[tuple, float] = {}
+        # phantom.network.usage.LinkUsage, set by a run that reports link utilisation
+        self.link_usage = None
 
     # --- public API --------------------------------------------------------------------------
 
@@ -202,4 +204,6 @@ class NetworkSimulator:
             for t0, t1, load in segments:
                 for l, amount in load.items():
                     book.add(l, t0, t1, amount)
+            if self.link_usage is not None:
+                self.link_usage.add(segments)
         return t
