@@ -275,9 +275,13 @@ def validate(trace: dict[str, Any] | list) -> list[str]:
 
 
 def iter_tracks(trace: dict[str, Any]) -> Iterator[tuple[tuple, list[dict[str, Any]]]]:
-    """(pid, tid) -> its non-metadata events, in file order (for tests and tools)."""
+    """Each track's non-metadata events in file order (for tests and tools): a thread's key is
+    (pid, tid), a counter's (pid, "counter", name)."""
     tracks: dict[tuple, list] = {}
     for ev in trace["traceEvents"]:
-        if ev.get("ph") != "M":
+        ph = ev.get("ph")
+        if ph == "C":
+            tracks.setdefault((ev.get("pid"), "counter", ev.get("name")), []).append(ev)
+        elif ph != "M":
             tracks.setdefault((ev.get("pid"), ev.get("tid")), []).append(ev)
     yield from tracks.items()
