@@ -53,6 +53,8 @@ def test_breakdown_parts_sum_to_the_window():
     b.mark(60)
     b.kernel(60, 70, 0, "gemm")
     b.kernel(55, 65, 7, "comm")  # launched after the step, partly inside the first window
+    b.kernel(70, 80, 7, "comm_wait")  # an NCCL kernel waiting for a late peer...
+    b.kernel(80, 85, 7, "comm")  # ...then moving data
     b.mark(100)
     b.finish()
     first, second = b.iterations
@@ -61,8 +63,11 @@ def test_breakdown_parts_sum_to_the_window():
     assert first["idle_ms"] * 1e6 == pytest.approx(15)
     for it in b.iterations:
         assert it["compute_ms"] + it["exposed_comm_ms"] + it["idle_ms"] == pytest.approx(it["time_ms"])
+    assert first["exposed_comm_wait_ms"] == 0
     assert second["compute_ms"] * 1e6 == pytest.approx(10)
-    assert second["exposed_comm_ms"] * 1e6 == pytest.approx(0)
+    assert second["exposed_comm_ms"] * 1e6 == pytest.approx(15)
+    assert second["exposed_comm_wait_ms"] * 1e6 == pytest.approx(10)
+    assert second["idle_ms"] * 1e6 == pytest.approx(15)
 
 
 def test_link_busy_time_is_a_union():

@@ -45,7 +45,7 @@ class _Busy:
 
 
 class LinkUsage:
-    def __init__(self, topology: Topology, max_buckets: int = 400,
+    def __init__(self, topology: Topology, max_buckets: int = 1000,
                  bucket_ns: float = 50_000.0) -> None:
         self.topology = topology
         self.max_buckets = max_buckets

@@ -18,12 +18,12 @@ MIB = 1024**2
 CATEGORY_COLORS = {"parameters": "#4C78A8", "gradients": "#F58518", "optimizer_state": "#54A24B",
                    "activations": "#E45756", "other": "#9D9D9D"}
 BREAKDOWN_COLORS = {"compute": "#4C78A8", "exposed communication": "#E45756",
-                    "idle / host-bound": "#D0D0D0"}
+                    "waiting for peers": "#F2A7A7", "idle / host-bound": "#D0D0D0"}
 CLASS_COLORS = {"gemm": "#4C78A8", "attention": "#72B7B2", "elementwise": "#F58518",
                 "reduction": "#EECA3B", "norm": "#B279A2", "softmax": "#FF9DA6",
                 "optimizer": "#54A24B", "copy": "#9D755D", "random": "#BAB0AC", "loss": "#D67195",
                 "embedding": "#79706E", "conv": "#88D27A", "transfer": "#9D755D",
-                "comm": "#E45756", "other": "#C7C7C7"}
+                "comm": "#E45756", "comm_wait": "#F2A7A7", "other": "#C7C7C7"}
 
 
 class ReportError(Exception):
@@ -112,8 +112,10 @@ def breakdown_figure(runs: list[tuple[str, dict]]) -> Any | None:
             if not b or b.get("time_ms") is None:
                 continue
             labels.append(f"{run_name}rank {r['rank']}")
+            wait = b.get("exposed_comm_wait_ms") or 0.0
             parts["compute"].append(b["compute_ms"])
-            parts["exposed communication"].append(b["exposed_comm_ms"])
+            parts["exposed communication"].append(b["exposed_comm_ms"] - wait)
+            parts["waiting for peers"].append(wait)
             parts["idle / host-bound"].append(b["idle_ms"])
     if not labels:
         return None
@@ -123,7 +125,7 @@ def breakdown_figure(runs: list[tuple[str, dict]]) -> Any | None:
                              marker_color=BREAKDOWN_COLORS[name],
                              hovertemplate="%{y}: %{x:.2f} ms<extra>" + name + "</extra>"))
     fig.update_layout(barmode="stack", xaxis_title="ms per iteration (steady state)",
-                      yaxis=dict(autorange="reversed"))
+                      yaxis=dict(autorange="reversed"), legend_traceorder="normal")
     return fig
 
 
@@ -139,7 +141,9 @@ def iterations_figure(report: dict) -> Any | None:
                                      mode="lines+markers", name=f"rank {r['rank']}"))
     if not fig.data:
         return None
-    fig.update_layout(xaxis_title="iteration", yaxis_title="ms", xaxis=dict(dtick=1))
+    # Log scale: the first iteration (allocations, start-up) is often many times the others.
+    fig.update_layout(xaxis_title="iteration", yaxis_title="ms (log scale)", yaxis_type="log",
+                      xaxis=dict(dtick=1))
     return fig
 
 
@@ -189,17 +193,21 @@ def memory_figure(report: dict, max_ranks: int = 8) -> Any | None:
             continue
         color = palette[i % len(palette)]
         t = [row[0] for row in ot["rows"]]
+        # Steps, not slopes: between two samples memory stayed where the first left it.
         fig.add_trace(go.Scatter(x=t, y=[row[2] / GIB for row in ot["rows"]], mode="lines",
-                                 line=dict(color=color), name=f"rank {r['rank']} allocated"))
+                                 line=dict(color=color, shape="hv"),
+                                 name=f"rank {r['rank']} allocated"))
         fig.add_trace(go.Scatter(x=t, y=[row[3] / GIB for row in ot["rows"]], mode="lines",
-                                 line=dict(color=color, dash="dot"), name=f"rank {r['rank']} reserved"))
+                                 line=dict(color=color, dash="dot", shape="hv"),
+                                 name=f"rank {r['rank']} reserved"))
         peak = mem.get("at_peak")
         if peak:
             fig.add_trace(go.Scatter(x=[peak["host_time_ms"]], y=[peak["bytes"] / GIB],
                                      mode="markers+text", marker=dict(size=11, color=color,
                                                                       symbol="diamond"),
-                                     text=[f"peak {_fmt_bytes(peak['bytes'])}"],
-                                     textposition="top center", showlegend=False,
+                                     text=[f"rank {r['rank']} peak {_fmt_bytes(peak['bytes'])}"],
+                                     textposition="top left" if i % 2 == 0 else "bottom right",
+                                     showlegend=False,
                                      name=f"rank {r['rank']} peak"))
     if not fig.data:
         return None
@@ -247,13 +255,13 @@ def network_figures(report: dict, max_links: int = 24) -> tuple[Any | None, Any 
                           name="average utilisation %", marker_color="#4C78A8"))
     bars.add_trace(go.Bar(x=names, y=[100 * l["busy_fraction"] for l in links],
                           name="busy (any traffic) %", marker_color="#F58518"))
-    bars.update_layout(barmode="group", yaxis_title="% of the run", xaxis_tickangle=-30)
+    bars.update_layout(barmode="group", yaxis_title="% of the run")
     w = net["bucket_ms"]
     n = max(len(l["utilization_over_time"]) for l in links)
     z = [[100 * u for u in l["utilization_over_time"]] + [0.0] * (n - len(l["utilization_over_time"]))
          for l in links]
     heat = go.Figure(go.Heatmap(z=z, x=[(i + 0.5) * w for i in range(n)], y=names,
-                                colorscale="Viridis", zmin=0, zmax=100,
+                                colorscale="Viridis", zmin=0,
                                 colorbar=dict(title="util %")))
     heat.update_layout(xaxis_title="simulated time (ms)", yaxis=dict(autorange="reversed"))
     return bars, heat
@@ -338,10 +346,14 @@ def _breakdown_table(report: dict) -> str:
         b = (r.get("breakdown") or {}).get("steady_state")
         if b and b.get("time_ms"):
             t = b["time_ms"]
-            rows.append([r["rank"], f"{t:.2f}", f"{b['compute_ms']:.2f} ({100 * b['compute_ms'] / t:.0f}%)",
-                         f"{b['exposed_comm_ms']:.2f} ({100 * b['exposed_comm_ms'] / t:.0f}%)",
-                         f"{b['idle_ms']:.2f} ({100 * b['idle_ms'] / t:.0f}%)"])
-    return _table(["rank", "iteration ms", "compute ms", "exposed comm ms", "idle / host ms"], rows)
+
+            def cell(v: float) -> str:
+                return f"{v:.2f} ({100 * v / t:.0f}%)"
+
+            rows.append([r["rank"], f"{t:.2f}", cell(b["compute_ms"]), cell(b["exposed_comm_ms"]),
+                         cell(b.get("exposed_comm_wait_ms") or 0.0), cell(b["idle_ms"])])
+    return _table(["rank", "iteration ms", "compute ms", "exposed comm ms",
+                   "of which waiting for peers", "idle / host ms"], rows)
 
 
 def _peak_table(report: dict) -> str:
@@ -377,6 +389,16 @@ def _collectives_table(report: dict) -> str:
                       "algbw GB/s", "busbw GB/s", "algorithm/protocol"], rows))
 
 
+def _links_table(net: dict, n: int = 16) -> str:
+    rows = [[l["name"], l["kind"], f"{l['capacity_GBps']:.0f}", f"{l['bytes'] / 1e9:.3f}",
+             f"{l['busy_ms']:.2f}", f"{100 * l['busy_fraction']:.2f}%", f"{100 * l['utilization']:.2f}%",
+             f"{100 * l['bytes'] / (l['capacity_GBps'] * l['busy_ms'] * 1e6):.1f}%"
+             if l["busy_ms"] > 0 else "n/a"]
+            for l in net["links"][:n]]
+    return _table(["link", "kind", "capacity GB/s", "GB moved", "busy ms", "busy", "utilisation",
+                   "utilisation when busy"], rows)
+
+
 def _ops_table(report: dict) -> str:
     rows = [[o["op"], o["calls"], f"{o['gpu_ms']:.3f}"] for o in (report.get("top_ops") or [])]
     classes = ", ".join(f"{k} {100 * v['share']:.1f}%" for k, v in (report.get("op_classes") or {}).items())
@@ -401,8 +423,10 @@ def render(report: dict[str, Any]) -> str:
             body += _figure_html(its, "iterations", 260)
         body += _note("Per iteration window (from one optimizer step's GPU completion to the next): "
                       "compute = time any compute kernel runs; exposed communication = NCCL "
-                      "kernels running while no compute does (collectives the GPU waits for, "
-                      "peers that are late); idle = the rest (the GPU waits for the host). "
+                      "kernels running while no compute does (collectives the GPU waits for), "
+                      "of which waiting for peers = NCCL kernels that wait for a rank that has "
+                      "not reached the collective yet; idle = the rest (the GPU waits for the "
+                      "host). "
                       "Steady state leaves out the first iteration when there are 3 or more.")
     sections.append(_section("Iteration time per rank", body or missing, "breakdown"))
 
@@ -432,11 +456,13 @@ def render(report: dict[str, Any]) -> str:
     bars, heat = network_figures(report)
     if bars is not None:
         net = report["network"]
-        body = (_figure_html(bars, "links", 360) + _figure_html(heat, "links-over-time",
-                                                                 120 + 24 * min(24, len(net["links"])))
-                + _note(f"{net['collectives']} collectives over {net['span_ms']:.1f} ms simulated; "
-                        f"buckets of {net['bucket_ms']:.3f} ms. Utilisation = bytes on the wire / "
-                        "(capacity x time)."))
+        body = (_figure_html(bars, "links", 340) + _figure_html(heat, "links-over-time",
+                                                                 140 + 24 * min(24, len(net["links"])))
+                + _links_table(net)
+                + _note(f"{net['collectives']} collectives over {net['span_ms']:.1f} ms simulated "
+                        f"(the whole run, set-up included); buckets of {net['bucket_ms']:.3f} ms. "
+                        "Utilisation = bytes on the wire / (capacity x time); busy = time with any "
+                        "traffic."))
     else:
         body = _note("No network traffic recorded (a single-process run, or no --out).")
     sections.append(_section("Network links", body, "network"))

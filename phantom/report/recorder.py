@@ -220,6 +220,9 @@ class Breakdown:
     non-NCCL kernels), exposed communication (NCCL kernels while no compute kernel runs:
     collectives the compute stream waits for, and waits for late peers), idle (the rest:
     the GPU waits for the host, or for nothing). The three sum to the window.
+    `exposed_comm_wait_ms` is the part of the exposed communication in which NCCL kernels only
+    wait for peers that have not launched the collective yet (class "comm_wait"): moving no
+    data, it points at imbalance between ranks rather than at the network.
 
     A window is finished one step late: kernels launched after a step may still start inside
     the previous window (a stream left free while NCCL finishes the last collective).
@@ -249,14 +252,17 @@ class Breakdown:
     def _finish(self, a: float, b: float) -> None:
         inside = [(max(s, a), min(e, b), sid, cls) for s, e, sid, cls in self.pending
                   if e > a and s < b]
-        compute = _union((s, e) for s, e, _, cls in inside if cls != "comm")
-        comm = _union((s, e) for s, e, _, cls in inside if cls == "comm")
-        busy = _length(_union(compute + comm))
+        compute = _union((s, e) for s, e, _, cls in inside if cls not in _COMM)
+        moving = _union((s, e) for s, e, _, cls in inside if cls == "comm")
+        waiting = _union((s, e) for s, e, _, cls in inside if cls == "comm_wait")
         c = _length(compute)
+        with_moving = _length(_union(compute + moving))
+        busy = _length(_union(compute + moving + waiting))
         window = max(0.0, b - a)
         self.iterations.append({
             "start_ms": a / 1e6, "end_ms": b / 1e6, "time_ms": window / 1e6,
             "compute_ms": c / 1e6, "exposed_comm_ms": (busy - c) / 1e6,
+            "exposed_comm_wait_ms": (busy - with_moving) / 1e6,
             "idle_ms": max(0.0, window - busy) / 1e6,
         })
         self.overview = self._overview(len(self.iterations) - 1, a, b, inside)
@@ -290,7 +296,10 @@ class Breakdown:
 
         return {"iterations": its,
                 "steady_state": {k: mean(k) for k in ("time_ms", "compute_ms", "exposed_comm_ms",
-                                                      "idle_ms")}}
+                                                      "exposed_comm_wait_ms", "idle_ms")}}
+
+
+_COMM = ("comm", "comm_wait")
 
 
 def _stream_name(sid: int) -> str:
@@ -352,8 +361,12 @@ class Recorder:
             self.trace.host.append((name, start, end, category))
 
     def collective(self, stream: int, start: float, end: float, ops: list[tuple]) -> None:
-        """One NCCL kernel: `ops` are (GroupInfo, Op, Result) it carried."""
-        self.breakdown.kernel(start, end, stream, "comm")
+        """One NCCL kernel: `ops` are (GroupInfo, Op, Result) it carried. Until the first of
+        them starts on the network, the kernel only waits for peers ("comm_wait")."""
+        moving_from = min(max(start, res.start_ns) for _, _, res in ops)
+        if moving_from > start:
+            self.breakdown.kernel(start, moving_from, stream, "comm_wait")
+        self.breakdown.kernel(moving_from, end, stream, "comm")
         group = ops[0][0]
         self.breakdown.stream_names.setdefault(stream, f"NCCL {_group_label(group)}")
         infos = []
