@@ -78,7 +78,8 @@ def rank_events(rec: "Recorder", rank: int, gpu_name: str) -> list[dict[str, Any
         tracks[ITERATION_TID].append(_x(
             f"iteration {i}", pid, ITERATION_TID, it["start_ms"] * 1e6, it["end_ms"] * 1e6,
             "iteration", {k: round(v, 6) for k, v in it.items()
-                          if k in ("compute_ms", "exposed_comm_ms", "idle_ms", "time_ms")}))
+                          if k in ("compute_ms", "exposed_comm_ms", "exposed_comm_wait_ms",
+                                    "idle_ms", "time_ms")}))
     stream_names = dict(rec.breakdown.stream_names)
     for sid, s, e, name, cls, source, shapes in t.kernels:
         args: dict[str, Any] = {"class": cls, "time_source": _source_label(source),
