@@ -39,6 +39,25 @@ def test_validator_rejects_malformed_traces():
     assert validate([{"name": "c", "ph": "C", "pid": 0, "ts": 1, "args": {"v": "x"}}])
 
 
+def test_back_to_back_kernels_stay_back_to_back_after_rounding():
+    """Times are rounded to 1 ns; a kernel must not come out overlapping (and so clipped into)
+    the one before it."""
+    import random
+
+    from phantom.report.trace import _well_nested, _x
+
+    rng = random.Random(1)
+    t, events, durs = 110_588_039.4, [], []
+    for _ in range(2000):
+        d = rng.uniform(1_000.0, 20_000.0)
+        events.append(_x("k", 0, 100, t, t + d, "kernel"))
+        durs.append(d / 1e3)
+        t += d
+    out = _well_nested(events)
+    assert validate(out) == []
+    assert [e["dur"] for e in out] == pytest.approx(durs, abs=0.0015)
+
+
 # -- single rank ---------------------------------------------------------------------------------
 def test_single_rank_trace_is_well_formed_and_complete():
     out, extra = single_run()
@@ -114,6 +133,8 @@ def test_trace_ranks_limits_the_trace_and_works_without_out():
     all_reduces = [e for e in _x(trace, pid=1) if e.get("cat") == "collective"
                    and e["args"]["kind"] == "all_reduce"]
     assert all_reduces  # DDP's gradient buckets
+    # no kernel was clipped to nothing (every kernel costs at least its launch floor)
+    assert min(e["dur"] for e in _x(trace, pid=1) if e.get("cat") == "kernel") > 0.5
     # timestamps never decrease along any track, and kernels of a stream never overlap
     for key, events in iter_tracks(trace):
         ts = [e["ts"] for e in events]

@@ -19,6 +19,7 @@ kernels.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -339,6 +340,7 @@ class Recorder:
         self.collectives: dict[tuple, list] = {}
         self.traced_iterations: set[int] = set()
         self._optimizers_seen = False
+        self._script_globals: dict | None = None
         if self.tracing:
             self.traced_iterations.add(0)
 
@@ -398,6 +400,12 @@ class Recorder:
         a = self.memory.malloc(size, self.iteration, op or self.op, host_ns)
         if category is not None:
             a.category = category
+        if self._script_globals is None:
+            # The script's module globals (runpy's temporary __main__), held so that its
+            # model is still alive for `finish` to find its parameters when no optimizer
+            # ever tagged them: runpy drops the module when the script returns.
+            main = sys.modules.get("__main__")
+            self._script_globals = getattr(main, "__dict__", {})
         self._sample(host_ns)
         return a
 
@@ -476,11 +484,18 @@ class Recorder:
         if not self._optimizers_seen:
             import gc
 
+            # Type checks only: isinstance() on arbitrary objects runs their __class__
+            # properties (torch's deprecated aliases warn). A fake tensor's parameter is the
+            # FakeTensor itself, marked `_is_param` by nn.Parameter.
+            tensor, param = torch.Tensor, torch.nn.Parameter
             for obj in gc.get_objects():
-                if isinstance(obj, torch.nn.Parameter):
+                cls = type(obj)
+                if issubclass(cls, tensor) and (issubclass(cls, param)
+                                                or getattr(obj, "_is_param", False)):
                     self.tag_tensor(obj, "parameters")
                     if obj.grad is not None:
                         self.tag_tensor(obj.grad, "gradients")
+        self._script_globals = None
 
     # -- report -------------------------------------------------------------------------
     def top_collectives(self) -> list[dict[str, Any]]:

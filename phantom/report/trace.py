@@ -37,8 +37,11 @@ def _us(ns: float) -> float:
 
 def _x(name: str, pid: int, tid: int, start_ns: float, end_ns: float, cat: str,
        args: dict | None = None) -> dict[str, Any]:
-    ev = {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": _us(start_ns),
-          "dur": max(0.0, round((end_ns - start_ns) / 1e3, 3))}
+    # The duration is the difference of the rounded ends, so that ts + dur is the rounded end
+    # and back-to-back kernels stay back to back (rounding both separately can overlap them).
+    ts = _us(start_ns)
+    ev = {"name": name, "cat": cat, "ph": "X", "pid": pid, "tid": tid, "ts": ts,
+          "dur": max(0.0, round(_us(end_ns) - ts, 3))}
     if args:
         ev["args"] = args
     return ev
@@ -135,13 +138,14 @@ def _well_nested(track: list[dict[str, Any]]) -> list[dict[str, Any]]:
     the host track two threads of the script (DDP's autograd thread) can interleave."""
     track.sort(key=lambda ev: (ev["ts"], -ev["dur"]))
     stack: list[float] = []  # end times of the open spans
+    half_ns = 5e-4  # times are rounded to 1 ns: closer than this is equal, not an overlap
     for ev in track:
         start = ev["ts"]
-        while stack and start >= stack[-1]:
+        while stack and start >= stack[-1] - half_ns:
             stack.pop()
         end = start + ev["dur"]
-        if stack and end > stack[-1]:
-            ev["dur"] = round(stack[-1] - start, 3)
+        if stack and end > stack[-1] + half_ns:
+            ev["dur"] = max(0.0, round(stack[-1] - start, 3))
             end = stack[-1]
         stack.append(end)
     return track
