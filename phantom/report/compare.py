@@ -55,10 +55,12 @@ def _delta(a: float | None, b: float | None) -> str:
 def _class_figure(runs: list[tuple[str, dict]]) -> Any | None:
     import plotly.graph_objects as go
 
+    # NCCL kernels ("comm") are left out: their time includes waiting for peers, and the
+    # iteration breakdown above shows what of it is exposed.
     classes: list[str] = []
     for _, r in runs:
         for c in r.get("op_classes") or {}:
-            if c not in classes:
+            if c not in classes and c != "comm":
                 classes.append(c)
     if not classes:
         return None
@@ -67,7 +69,7 @@ def _class_figure(runs: list[tuple[str, dict]]) -> Any | None:
         oc = r.get("op_classes") or {}
         fig.add_trace(go.Bar(x=classes, y=[(oc.get(c) or {}).get("gpu_ms", 0) for c in classes],
                              name=name.strip(" :")))
-    fig.update_layout(barmode="group", yaxis_title="GPU ms (rank 0, whole run)")
+    fig.update_layout(barmode="group", yaxis_title="GPU ms (rank 0, whole run, NCCL left out)")
     return fig
 
 
@@ -76,7 +78,7 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
     name_a, name_b = "A: ", "B: "
     runs = [(name_a, a), (name_b, b)]
     ma, mb = _metrics(a), _metrics(b)
-    rows = [[k, _fmt(ma[k]), _fmt(mb[k]), _delta(ma[k], mb[k])] for k in ma]
+    rows = [[k, _fmt(ma[k]), _fmt(mb[k]), "" if k == "ranks" else _delta(ma[k], mb[k])] for k in ma]
     intro = (f"<p><b>A</b>: {h._esc(h._run_label(a))} ({h._esc(a['_source'])})<br>"
              f"<b>B</b>: {h._esc(h._run_label(b))} ({h._esc(b['_source'])})</p>")
     sections = [h._section("Key numbers", intro + h._table(["", "A", "B", "B vs A"], rows,

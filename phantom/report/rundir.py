@@ -38,6 +38,12 @@ def prepare_run(config: "RunConfig") -> None:
     if config.out_dir:
         out = Path(config.out_dir)
         (out / "ranks").mkdir(parents=True, exist_ok=True)
+        # A directory used before: drop what this run writes anew, so that nothing stale
+        # (a trace of more ranks, appended logs) is mistaken for this run's.
+        stale = [out / "report.json", out / "report.html", out / "trace.json", out / "config.json",
+                 *(out / "ranks").glob("rank*"), *(out / "logs").glob("rank*.log")]
+        for f in stale:
+            f.unlink(missing_ok=True)
         if not config.log_dir:
             config.log_dir = str(out / "logs")
         Path(config.log_dir).mkdir(parents=True, exist_ok=True)
