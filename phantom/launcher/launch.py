@@ -47,6 +47,7 @@ def _launch_one(config: RunConfig) -> int:
     env["PHANTOM_DEVICE_COUNT"] = str(max(config.nproc_per_node, 1))
     try:
         if config.log_dir:
+            Path(config.log_dir).mkdir(parents=True, exist_ok=True)
             return _call_logged(env, Path(config.log_dir) / "rank0.log")
         return subprocess.call(BOOTSTRAP, env=env)
     except KeyboardInterrupt:
