@@ -63,6 +63,16 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--db", metavar="PATH", action="append", default=[],
                    help="a kernel database (phantom profile) to use besides the shipped one for "
                         "the GPU; repeatable, later files win")
+    p.add_argument("--out", metavar="DIR", default=None,
+                   help="keep a run directory: report.json, trace.json, config.json, logs/ "
+                        "(render it with `phantom report DIR`)")
+    p.add_argument("--trace", metavar="PATH", default=None,
+                   help="write a Chrome/Perfetto trace (trace-event JSON) to PATH")
+    p.add_argument("--trace-ranks", metavar="LIST", default=None,
+                   help="ranks that record trace events, e.g. 0,2-3 (default: all)")
+    p.add_argument("--trace-iters", metavar="RANGE", default=None,
+                   help="iterations (optimizer steps, from 0) traced: N, A:B (B excluded) or A: "
+                        "(default: all)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a module like `python -m`")
     return p
 
@@ -72,8 +82,9 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     options: list[str] = []
     i = 0
     takes_value = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db", "--ranks",
-                   "--executor", "--ray-address"}
+                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
+                   "--ranks", "--executor", "--ray-address",
+                   "--out", "--trace", "--trace-ranks", "--trace-iters"}
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -122,6 +133,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         except ImportError:
             raise UsageError("--executor ray needs Ray: pip install 'phantom-sim[ray]'") from None
         config.executor, config.ray_address = "ray", args.ray_address
+    _configure_outputs(config, args)
     if args.module:
         config.module, config.args = args.module, target
         return config
@@ -136,6 +148,64 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         if not os.path.isdir(report_dir):
             raise UsageError(f"--report: directory does not exist: {report_dir}")
     return config
+
+
+def parse_ranks(text: str) -> list[int]:
+    """'0,2-3' -> [0, 2, 3]."""
+    ranks: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = part.split("-", 1)
+                if int(b) < int(a):
+                    raise ValueError
+                ranks.update(range(int(a), int(b) + 1))
+            elif part:
+                ranks.add(int(part))
+    except ValueError:
+        raise UsageError(f"--trace-ranks: expected ranks like 0,2-3, got {text!r}") from None
+    if not ranks or min(ranks) < 0:
+        raise UsageError(f"--trace-ranks: expected ranks like 0,2-3, got {text!r}")
+    return sorted(ranks)
+
+
+def parse_iters(text: str) -> list:
+    """'N' -> [N, N+1]; 'A:B' -> [A, B]; 'A:' -> [A, None]; ':B' -> [0, B]."""
+    try:
+        if ":" in text:
+            a, b = text.split(":", 1)
+            start, stop = int(a) if a.strip() else 0, int(b) if b.strip() else None
+        else:
+            start = int(text)
+            stop = start + 1
+    except ValueError:
+        raise UsageError(f"--trace-iters: expected N, A:B or A:, got {text!r}") from None
+    if start < 0 or (stop is not None and stop <= start):
+        raise UsageError(f"--trace-iters: expected a non-empty range of iterations from 0, got {text!r}")
+    return [start, stop]
+
+
+def _configure_outputs(config: RunConfig, args: argparse.Namespace) -> None:
+    """--out / --trace and the trace limits; the run directory is made at launch."""
+    if (args.trace_ranks or args.trace_iters) and not (args.out or args.trace):
+        raise UsageError("--trace-ranks and --trace-iters limit a trace: add --trace PATH or --out DIR")
+    if args.trace:
+        parent = os.path.dirname(os.path.abspath(args.trace))
+        if not os.path.isdir(parent):
+            raise UsageError(f"--trace: directory does not exist: {parent}")
+        config.trace_path = os.path.abspath(args.trace)
+    if args.out:
+        if os.path.exists(args.out) and not os.path.isdir(args.out):
+            raise UsageError(f"--out: not a directory: {args.out}")
+        config.out_dir = os.path.abspath(args.out)
+    if args.trace_ranks:
+        config.trace_ranks = parse_ranks(args.trace_ranks)
+        bad = [r for r in config.trace_ranks if r >= config.world_size]
+        if bad:
+            raise UsageError(f"--trace-ranks: rank(s) {bad} outside the run's 0..{config.world_size - 1}")
+    if args.trace_iters:
+        config.trace_iters = parse_iters(args.trace_iters)
 
 
 def _check_dbs(paths: list[str], gpu: str) -> list[str]:
@@ -227,6 +297,7 @@ commands:
   clusters  list the cluster presets (--cluster)
   profile   time a script's ops (or the standard grid) on this machine's real GPU into a kernel database
   db        show or merge kernel databases
+  report    render a run directory (phantom run --out DIR) as HTML; two: compare them
 
 `phantom <command> --help` for a command's options."""
 
@@ -255,6 +326,10 @@ def main(argv: list[str] | None = None) -> int:
             from phantom.cost.dbcli import main as db_main
 
             return db_main(rest)
+        if command == "report":
+            from phantom.report.cli import main as report_main
+
+            return report_main(rest)
     except UsageError as e:
         print(f"phantom: error: {e}", file=sys.stderr)
         return 2

@@ -150,6 +150,8 @@ class Simulation:
         # script drops a tensor): taken off the next gap.
         self._hidden_overhead_ns = 0.0
         self.comm = None  # phantom.distributed.comm.RankComm in a distributed run
+        # phantom.report.recorder.Recorder when the run keeps a trace or run directory
+        self.recorder = None
         self._next_progress = self.wall_start_ns + PROGRESS_EVERY_S * 1e9
         self._ops_until_progress_check = PROGRESS_CHECK_EVERY_OPS
         self._speed_sampled_wall = REAL_NS()
@@ -238,7 +240,10 @@ class Simulation:
         if self.comm is not None:
             self.comm.flush()  # isend/irecv nobody waited for still complete before a sync
         self.begin_op()
+        h0 = self.timeline.host_ns
         fn(*args)
+        if self.recorder is not None:
+            self.recorder.host_span(fn.__name__, h0, self.timeline.host_ns, "sync")
         self.end_op()
 
     def synchronize_device(self) -> None:
@@ -272,6 +277,8 @@ class Simulation:
             self.first_op_wall_ns = REAL_NS()
         self.ops_intercepted += 1
         stream_id = self._current_stream_id()
+        if self.recorder is not None:
+            self.recorder.op = func.__name__
         self._track_outputs(out, stream_id)
         if func in _H2D_OPS and self._is_host_to_device(func, args, kwargs, stream_id):
             data_reads.propagate_hint(func, args, out)  # a small CPU value keeps its value
@@ -282,13 +289,17 @@ class Simulation:
         if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:
             self._allocate_cublas_workspace(stream_id)
         if cost is not None:  # kernel-less ops (views, empty) cost only the measured dispatch
-            self._launch(func, cost, stream_id)
+            self._launch(func, cost, stream_id, args)
         data_reads.propagate_hint(func, args, out)
 
-    def _launch(self, func: Any, cost: KernelCost, stream_id: int) -> None:
+    def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
         host_ns = HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)
         self.launch_host_ns += host_ns
-        self.timeline.launch(stream_id, cost.gpu_ns, host_ns)
+        h0 = self.timeline.host_ns
+        start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns)
+        if self.recorder is not None:
+            self.recorder.kernel(func, cost.op_class, cost.source, stream_id, start, end, h0,
+                                 self.timeline.host_ns, args)
         stats = self.op_stats[func.__name__]
         stats.calls += 1
         stats.gpu_ns += cost.gpu_ns
@@ -303,11 +314,18 @@ class Simulation:
         pinned = non_blocking and _is_pinned(src)
         nbytes = src.numel() * src.element_size()
         copy_ns = 2_000.0 + nbytes / (H2D_PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
-        self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
+        h0 = self.timeline.host_ns
+        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         self.source_gpu_ns["model"] += copy_ns
+        if self.recorder is not None:
+            self.recorder.kernel("Memcpy HtoD" + (" (pinned)" if pinned else ""), "copy", "model",
+                                 stream_id, start, end, h0, self.timeline.host_ns, (src,))
         if not pinned:
+            h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
+            if self.recorder is not None:
+                self.recorder.host_span("HtoD copy (pageable)", h1, self.timeline.host_ns, "sync")
         return True
 
     def on_data_read(self, t: torch.Tensor, blocking: bool, what: str) -> None:
@@ -317,11 +335,18 @@ class Simulation:
         stream_id = self._current_stream_id()
         nbytes = t.numel() * t.element_size()
         copy_ns = 2_000.0 + nbytes / PCIE_GBPS
-        self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
+        h0 = self.timeline.host_ns
+        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
+        if self.recorder is not None:
+            self.recorder.kernel("Memcpy DtoH", "copy", "model", stream_id, start, end, h0,
+                                 self.timeline.host_ns, (t,))
         if blocking:
+            h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
             self.timeline.advance_host(D2H_SYNC_NS)
+            if self.recorder is not None:
+                self.recorder.host_span(f"read ({what})", h1, self.timeline.host_ns, "sync")
 
     # -- memory ---------------------------------------------------------------------------
     def _track_outputs(self, out: Any, stream_id: int) -> None:
@@ -339,7 +364,10 @@ class Simulation:
         key = storage._cdata
         entry = self._storages.get(key)
         if entry is None:
-            entry = self._storages[key] = [self._malloc(storage.nbytes(), stream_id), 0]
+            block = self._malloc(storage.nbytes(), stream_id)
+            entry = self._storages[key] = [block, 0]
+            if self.recorder is not None:  # entry[2]: the recorder's record of the allocation
+                entry.append(self.recorder.malloc(block.size, self.timeline.host_ns))
         entry[1] += 1
         # The holder is how a finalizer finds its storage; swap_tensors (Module.to on fake
         # parameters) exchanges holders with the tensors' contents, see interception.patches.
@@ -362,7 +390,12 @@ class Simulation:
                 del self._storages[holder[0]]
                 if entry[0] is not None:
                     self.allocator.free(entry[0])
+                    if self.recorder is not None:
+                        self._record_free(entry)
         self._hidden_overhead_ns += self._clock() - t0
+
+    def _record_free(self, entry: list) -> None:
+        self.recorder.free(entry[2] if len(entry) > 2 else None, self.timeline.host_ns)
 
     def on_storage_resize(self, storage: Any, nbytes: int) -> None:
         """`UntypedStorage.resize_` on a CUDA storage: the caching allocator frees the old
@@ -374,13 +407,32 @@ class Simulation:
         self.begin_op()
         if entry[0] is not None:
             self.allocator.free(entry[0])
+            if self.recorder is not None:
+                self._record_free(entry)
         entry[0] = self._malloc(nbytes, self._current_stream_id()) if nbytes > 0 else None
+        if self.recorder is not None:
+            # A storage resized up is FSDP re-allocating an unsharded parameter (the only
+            # user of resize_ on CUDA storages in training code): count it as parameters.
+            record = None
+            if entry[0] is not None:
+                record = self.recorder.malloc(entry[0].size, self.timeline.host_ns,
+                                              op="UntypedStorage.resize_", category="parameters")
+            entry[2:] = [record]
         self.end_op()
 
     def _allocate_cublas_workspace(self, stream_id: int) -> None:
         # cuBLAS takes its workspace from the caching allocator on the first GEMM of each
         # stream and keeps it for the process lifetime (32 MiB on Hopper; measured on H100).
-        self._cublas_workspaces[stream_id] = self._malloc(CUBLAS_WORKSPACE_BYTES, stream_id)
+        block = self._cublas_workspaces[stream_id] = self._malloc(CUBLAS_WORKSPACE_BYTES, stream_id)
+        if self.recorder is not None:
+            self.recorder.malloc(block.size, self.timeline.host_ns, op="cuBLAS workspace",
+                                 category="other")
+
+    def reset_peak_memory_stats(self) -> None:
+        """torch.cuda.reset_peak_memory_stats(): the allocator's peaks, and the recorder's."""
+        self.allocator.reset_peak_stats()
+        if self.recorder is not None:
+            self.recorder.reset_peak()
 
     def set_memory_fraction(self, fraction: float) -> None:
         if not 0.0 < fraction <= 1.0:
@@ -450,12 +502,14 @@ class Simulation:
         self._real_mark = self._clock()
 
     # -- iterations -----------------------------------------------------------------------
-    def mark_iteration(self) -> None:
+    def mark_iteration(self, optimizer: Any = None) -> None:
         if self.comm is not None and self.comm.unwaited:
             self.comm.wait_unwaited()
         self.begin_op()
         tl = self.timeline
         self.iterations.append(Iteration(tl.host_ns, tl.gpu_idle_ns(), tl.gpu_busy_ns))
+        if self.recorder is not None:
+            self.recorder.on_iteration(optimizer, self.iterations[-1].gpu_done_ns)
         self.end_op()
 
     def _report_progress(self) -> None:

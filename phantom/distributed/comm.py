@@ -147,6 +147,9 @@ class RankComm:
         tl.stream_wait_stream(sid, self.sim._current_stream_id())
         tl.advance_host(COLLECTIVE_HOST_NS)
         self.sim.launch_host_ns += COLLECTIVE_HOST_NS
+        if self.sim.recorder is not None:
+            self.sim.recorder.host_span("NCCL launch", tl.host_ns - COLLECTIVE_HOST_NS,
+                                        tl.host_ns, "launch")
         return max(tl.host_ns + LAUNCH_LATENCY_NS, tl.stream(sid).ready_ns)
 
     def _resolve(self, batch: list[tuple[GroupInfo, Op, float]],
@@ -159,14 +162,17 @@ class RankComm:
         # time of its ops to the end of the last one.
         per_stream: dict[int, list] = {}
         for (g, op, ready), res in zip(batch, results):
-            per_stream.setdefault(self.nccl_stream(g), []).append((ready, res, op.kind))
+            per_stream.setdefault(self.nccl_stream(g), []).append((ready, res, op.kind, g, op))
+        recorder = self.sim.recorder
         for sid, items in per_stream.items():
-            start = min(r for r, _, _ in items)
-            end = max(res.end_ns for _, res, _ in items)
-            tl.comm_kernel(sid, start, end, max(res.channels for _, res, _ in items),
+            start = min(it[0] for it in items)
+            end = max(it[1].end_ns for it in items)
+            tl.comm_kernel(sid, start, end, max(it[1].channels for it in items),
                            name=items[0][2])
             self.comm_gpu_ns += end - start
             self.sim.class_gpu_ns["comm"] += end - start
+            if recorder is not None:
+                recorder.collective(sid, start, end, [(it[3], it[4], it[1]) for it in items])
         self.collectives += len(batch)
         completed = [Completed(res.end_ns, res) for res in results]
         for c, finish in zip(completed, finishes):
@@ -185,7 +191,10 @@ class RankComm:
     def host_waits_until(self, end_ns: float) -> None:
         sim = self.sim
         self.enter()
-        sim.timeline.host_ns = max(sim.timeline.host_ns, end_ns)
+        h0 = sim.timeline.host_ns
+        sim.timeline.host_ns = max(h0, end_ns)
+        if sim.recorder is not None:
+            sim.recorder.host_span("wait collective", h0, sim.timeline.host_ns, "sync")
         self.leave()
 
     def host_reached(self, end_ns: float) -> bool:

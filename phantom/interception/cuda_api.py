@@ -259,7 +259,7 @@ def _memory_api() -> dict[str, Any]:
         return nested
 
     def reset_peak_memory_stats(device: Any = None) -> None:
-        _sim().allocator.reset_peak_stats()
+        _sim().reset_peak_memory_stats()
 
     def empty_cache() -> None:
         _sim().allocator.empty_cache()

@@ -77,10 +77,11 @@ def _patch_compile() -> None:
 
 
 def _patch_optimizer_steps(sim: "Simulation") -> None:
-    """Optimizer steps mark iterations: every training loop calls one per iteration."""
+    """Optimizer steps mark iterations: every training loop calls one per iteration. (The
+    optimizer goes along: a run that records tags its parameters, gradients and state.)"""
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: sim.mark_iteration())
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: sim.mark_iteration(optimizer))
 
 
 def _patch_storage_resize(sim: "Simulation") -> None:

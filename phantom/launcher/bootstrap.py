@@ -124,6 +124,12 @@ def main() -> int:
     if config.distributed:
         _install_distributed(sim, config, rank)
     interception.install(sim)
+    if config.records:  # --out / --trace: after the start-up calibration, which is not the script's
+        from phantom.report.recorder import Recorder, TraceOptions
+
+        Recorder(sim, rank, TraceOptions(enabled=True, ranks=config.trace_ranks,
+                                         iterations=tuple(config.trace_iters)
+                                         if config.trace_iters else None)).attach()
 
     exit_code = 0
     try:
@@ -138,12 +144,18 @@ def main() -> int:
     sys.stdout.flush()
     if sim.comm is not None:
         exit_code = _finish_distributed(sim, exit_code)
+    if sim.recorder is not None:
+        sim.recorder.finish()
     report = build_report(sim, config, exit_code=exit_code,
                           wall_seconds=real_clock() - wall_start)
     if not config.quiet and rank == 0:
         print_summary(report, file=sys.stderr)
     if config.report_path and rank == 0:
         write_report(report, config.report_path)
+    if config.records:
+        from phantom.report.rundir import write_rank_outputs
+
+        write_rank_outputs(config, rank, report, sim.recorder, gpu.name)
     if config.record_path:
         from phantom.cost.profile.record import write_records
 

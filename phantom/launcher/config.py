@@ -31,6 +31,18 @@ class RunConfig:
     db_paths: list[str] = field(default_factory=list)  # --db: kernel databases (phantom.cost.db)
     shipped_db: bool = True  # --no-db: leave the shipped database out (fallback model only)
     record_path: str | None = None  # phantom profile: write every op signature here (JSON)
+    # Reports and traces (phantom.report): --out DIR, --trace PATH, and which ranks and
+    # iterations ([start, stop), stop None: to the end) record trace events.
+    out_dir: str | None = None
+    trace_path: str | None = None
+    trace_ranks: list[int] | None = None
+    trace_iters: list | None = None
+    parts_dir: str | None = None  # where each rank writes its report and trace part
+
+    @property
+    def records(self) -> bool:
+        """Whether the ranks record for a trace or run directory."""
+        return self.parts_dir is not None
 
     @property
     def world_size(self) -> int:

@@ -33,15 +33,52 @@ NO_FORK_SERVER = "PHANTOM_NO_FORK_SERVER"
 
 
 def launch(config: RunConfig) -> int:
-    if not config.distributed:
-        env = dict(os.environ)
-        env[ENV_VAR] = config.to_json()
-        env["PHANTOM_DEVICE_COUNT"] = str(max(config.nproc_per_node, 1))
+    from phantom.report.rundir import finish_run, prepare_run
+
+    prepare_run(config)  # --out / --trace: where the ranks write their parts
+    network: list = []
+    code = 1
+    try:
+        code = _launch_one(config) if not config.distributed else \
+            _launch_ranks(config, on_network=network.append)
+    finally:
+        if config.parts_dir is not None:
+            finish_run(config, code, network[0].link_usage if network else None)
+    return code
+
+
+def _launch_one(config: RunConfig) -> int:
+    env = dict(os.environ)
+    env[ENV_VAR] = config.to_json()
+    env["PHANTOM_DEVICE_COUNT"] = str(max(config.nproc_per_node, 1))
+    try:
+        if config.log_dir:
+            Path(config.log_dir).mkdir(parents=True, exist_ok=True)
+            return _call_logged(env, Path(config.log_dir) / "rank0.log")
+        return subprocess.call(BOOTSTRAP, env=env)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _call_logged(env: dict, log_path: Path) -> int:
+    """The one rank, its output shown and also written to `log_path` (--log-dir, --out)."""
+    env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
+    proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with open(log_path, "ab") as log:
+        readers = [threading.Thread(target=_pump, args=(stream, sink, "", log), daemon=True)
+                   for stream, sink in ((proc.stdout, sys.stdout.buffer),
+                                        (proc.stderr, sys.stderr.buffer))]
+        for t in readers:
+            t.start()
         try:
-            return subprocess.call(BOOTSTRAP, env=env)
+            code = proc.wait()
         except KeyboardInterrupt:
-            return 130
-    return _launch_ranks(config)
+            proc.wait()
+            raise
+        finally:
+            for t in readers:
+                t.join(timeout=5)
+    return code
 
 
 # -- distributed runs --------------------------------------------------------------------
@@ -138,7 +175,7 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path,
     return r
 
 
-def _launch_ranks(config: RunConfig) -> int:
+def _launch_ranks(config: RunConfig, on_network=None) -> int:
     from phantom.distributed.coordinator import Coordinator
     from phantom.distributed.wire import socket_path
     from phantom.network import NetworkSimulator, load_cluster
@@ -146,6 +183,12 @@ def _launch_ranks(config: RunConfig) -> int:
     cluster = load_cluster(config.cluster, nnodes=config.nnodes,
                            nproc_per_node=config.nproc_per_node, gpu=config.gpu)
     network = NetworkSimulator(cluster)
+    if config.records:  # the run directory reports each link's traffic
+        from phantom.network.usage import LinkUsage
+
+        network.link_usage = LinkUsage(network.topology)
+    if on_network is not None:
+        on_network(network)
 
     def schedule(requests, ready_ns, siblings):
         op = _collective_op(requests)

@@ -41,6 +41,8 @@ class NetworkSimulator:
         self._plan_cache: dict[tuple, tuple] = {}
         self.sibling_ops = 0         # sibling collectives seen
         self.sibling_ops_shared = 0  # ... of which shared a link with their collective
+        # phantom.network.usage.LinkUsage, set by a run that reports link utilisation
+        self.link_usage = None
 
     # --- public API --------------------------------------------------------------------------
 
@@ -254,4 +256,6 @@ class NetworkSimulator:
             for t0, t1, load in segments:
                 for l, amount in load.items():
                     book.add(l, t0, t1, amount)
+            if self.link_usage is not None:
+                self.link_usage.add(segments)
         return finish

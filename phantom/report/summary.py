@@ -70,6 +70,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "peak_allocated_bytes": alloc.max_allocated_bytes,
             "peak_reserved_bytes": alloc.max_reserved_bytes,
             "capacity_bytes": sim.gpu.memory_bytes,
+            **_recorded_memory(sim),
         },
         "gpu_busy_fraction": _busy_fraction(sim, end_ns),
         "simulated_seconds": end_ns / 1e9,
@@ -82,6 +83,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
         "top_ops": [{"op": name, "calls": s.calls, "gpu_ms": s.gpu_ns / 1e6} for name, s in top],
         "cost_database": _cost_database(sim, total_gpu_ns),
         "distributed": _distributed(sim, config),
+        **_recorded(sim),
         "simulation": {
             "ops_intercepted": sim.ops_intercepted,
             "data_reads": sim.data_reads,
@@ -92,6 +94,31 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             if wall_seconds > setup_s else None,
             "wall_seconds_per_iteration": wall_seconds / n_iters if n_iters else None,
         },
+    }
+
+
+def _recorded_memory(sim: "Simulation") -> dict[str, Any]:
+    """What was live at the allocated peak, by category, and memory over time (recorded runs;
+    None otherwise)."""
+    rec = sim.recorder
+    if rec is None:
+        return {"at_peak": None, "over_time": None}
+    return {"at_peak": rec.memory.breakdown(sim.allocator.max_allocated_bytes),
+            "over_time": rec.memory_over_time.to_dict()}
+
+
+def _recorded(sim: "Simulation") -> dict[str, Any]:
+    """Fields only a recording run fills (phantom run --out/--trace); None otherwise."""
+    rec = sim.recorder
+    if rec is None:
+        return {"breakdown": None, "timeline_overview": None, "top_collectives": None,
+                "trace": None}
+    return {
+        "breakdown": rec.breakdown.summary(),
+        "timeline_overview": rec.breakdown.overview,
+        "top_collectives": rec.top_collectives() if sim.comm is not None else [],
+        "trace": {"rank_traced": rec.rank_traced,
+                  "iterations": sorted(rec.traced_iterations) if rec.rank_traced else []},
     }
 
 
