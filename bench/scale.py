@@ -1,11 +1,16 @@
-"""How many ranks this machine simulates: wall time and RAM of a multi-rank run.
+"""How far one machine simulates: wall time and RAM against the simulated GPU count.
 
-    python bench/scale.py --ranks 8 16 [--out bench/data/scale.md]
+    python bench/scale.py [--only NAME ...] [--out bench/data/scale.md]
 
-Runs examples/dist_train.py (FSDP2, the 1B preset) through `phantom run` on the `h100-ib`
-cluster (8 GPUs a node; 16 ranks = 2 nodes) and samples the resident memory of every rank
-process from /proc twice a second. Reports wall time, the simulated iteration time the
-script printed, and RAM per rank (peak of the largest rank, mean over ranks) and in total.
+Runs examples/llama_train.py (Llama-3 8B, or 70B for the 3-D layout; seq 8192) through
+`phantom run --cluster h100-ib` (8 H100 a node, one 400 Gb/s NIC per GPU) from 8 to 1,024
+simulated GPUs, with the default `--ranks` (every rank up to 8, representative ranks above),
+and samples the proportional set size (PSS: shared pages split between the processes that
+share them, so the sum is the real RAM used) of every phantom process -- the launcher, the
+fork server, the ranks -- twice a second from /proc. Reports the wall time of the whole run
+(start-up, three iterations: the first one, with FSDP's and the allocator's warm-up, is the
+slowest), the processes that ran, the simulated iteration time and tokens/s/GPU the script
+printed, and the peak RAM in total.
 Linux only (reads /proc). Standard library only.
 """
 from __future__ import annotations
@@ -19,10 +24,23 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PAGE = os.sysconf("SC_PAGE_SIZE")
+LLAMA = ["examples/llama_train.py", "--seq-len", "8192", "--steps", "3", "--warmup", "1"]
+# name: (nodes, script arguments, what it is)
+RUNS = {
+    "fsdp-8": (1, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac"], "8B FSDP"),
+    "fsdp-16": (2, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac"], "8B FSDP"),
+    "fsdp-64": (8, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac"], "8B FSDP"),
+    "fsdp-128": (16, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac"], "8B FSDP"),
+    "fsdp-512": (64, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac"], "8B FSDP"),
+    "fsdp-1024": (128, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac"], "8B FSDP"),
+    "fsdp-tp8-1024": (128, ["--preset", "llama3-8b", "--local-batch-size", "2", "--ac", "--tp", "8"],
+                      "8B FSDP x TP8"),
+    "pp8-tp8-dp16-1024": (128, ["--preset", "llama3-70b", "--local-batch-size", "8", "--ac", "--tp", "8",
+                                "--pp", "8"], "70B PP8 x TP8 x DP16 (1F1B, 8 micro-batches)"),
+}
 
 
-def _rank_pids() -> list[int]:
+def _phantom_pids() -> list[int]:
     pids = []
     for d in os.listdir("/proc"):
         if d.isdigit():
@@ -30,57 +48,58 @@ def _rank_pids() -> list[int]:
                 cmd = Path(f"/proc/{d}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"phantom.launcher.bootstrap" in cmd:
+            if b"phantom.launcher" in cmd or b"phantom.cli" in cmd:
                 pids.append(int(d))
     return pids
 
 
-def _rss(pid: int) -> int:
+def _pss(pid: int) -> int:
     try:
-        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
-    except (OSError, IndexError, ValueError):
-        return 0
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
-def run(ranks: int, steps: int) -> dict:
-    nodes = max(1, ranks // 8)
+def run(name: str) -> dict:
+    nodes, extra, what = RUNS[name]
     cmd = [sys.executable, "-m", "phantom.cli", "run", "--cluster", "h100-ib", "--nnodes", str(nodes),
-           "--nproc-per-node", str(ranks // nodes), "--quiet", "examples/dist_train.py", "--parallel", "fsdp",
-           "--preset", "1b", "--seq-len", "2048", "--batch-size", "2", "--steps", str(steps), "--warmup", "1"]
+           *LLAMA, *extra]
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak: dict[int, int] = {}
-    peak_total = 0
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak_total, peak_procs = 0, 0
     while proc.poll() is None:
-        sizes = {pid: _rss(pid) for pid in _rank_pids()}
-        for pid, size in sizes.items():
-            peak[pid] = max(peak.get(pid, 0), size)
-        peak_total = max(peak_total, sum(sizes.values()))
+        sizes = [_pss(p) for p in _phantom_pids()]
+        peak_total = max(peak_total, sum(sizes))
+        peak_procs = max(peak_procs, len(sizes))
         time.sleep(0.5)
-    out = proc.stdout.read()
+    out, err = proc.communicate()
     wall = time.perf_counter() - t0
-    m = re.search(r"median_iter_ms=([\d.]+)", out)
+    m = re.search(r"median_iter_ms=([\d.]+) tokens_per_s_per_gpu=(\d+)", out)
     if proc.returncode != 0 or not m:
-        raise SystemExit(f"{ranks} ranks failed (exit {proc.returncode}):\n{out[-3000:]}")
-    return {"ranks": ranks, "nodes": nodes, "wall_s": wall, "iter_ms": float(m.group(1)),
-            "rank_peak_gib": max(peak.values()) / 2**30,
-            "rank_mean_gib": sum(peak.values()) / len(peak) / 2**30, "total_gib": peak_total / 2**30}
+        raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{out[-2000:]}\n{err[-3000:]}")
+    ran = re.search(r"(\d+) of (\d+) ranks ran", err)
+    gpus = nodes * 8
+    return {"name": name, "what": what, "gpus": gpus, "wall_s": wall, "iter_ms": float(m[1]),
+            "tps": int(m[2]), "ranks_run": int(ran[1]) if ran else gpus, "procs": peak_procs,
+            "ram_gib": peak_total / 2**30}
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--ranks", type=int, nargs="+", default=[8, 16])
-    p.add_argument("--steps", type=int, default=3)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", nargs="+", choices=RUNS, default=list(RUNS))
     p.add_argument("--out")
     args = p.parse_args()
-    lines = [f"FSDP2 1B (examples/dist_train.py, batch 2 x 2048 per rank, {args.steps} steps), "
-             f"`--cluster h100-ib`, on this machine ({os.cpu_count()} cores)", "",
-             "| ranks | nodes | wall s | sim iter ms | RAM peak per rank GiB | mean per rank GiB | total GiB |",
-             "|---|---|---|---|---|---|---|"]
-    for n in args.ranks:
-        r = run(n, args.steps)
-        lines.append(f"| {r['ranks']} | {r['nodes']} | {r['wall_s']:.0f} | {r['iter_ms']:.1f} | "
-                     f"{r['rank_peak_gib']:.2f} | {r['rank_mean_gib']:.2f} | {r['total_gib']:.1f} |")
+    lines = [f"`--cluster h100-ib`, examples/llama_train.py seq 8192, full AC, 3 iterations; this machine: "
+             f"{os.cpu_count()} cores", "",
+             "| run | simulated GPUs | rank processes | wall s (whole run) | sim iter ms | tok/s/GPU | "
+             "RAM peak GiB (PSS, all processes) |", "|---|---|---|---|---|---|---|"]
+    for name in args.only:
+        r = run(name)
+        lines.append(f"| {r['what']} | {r['gpus']:,} | {r['ranks_run']} | {r['wall_s']:.0f} | "
+                     f"{r['iter_ms']:.1f} | {r['tps']:,} | {r['ram_gib']:.2f} |")
         print(lines[-1], flush=True)
     text = "\n".join(lines)
     print(text)

@@ -232,7 +232,9 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
     def start(rank: int) -> None:
         if ray is not None:
             env = {k: v for k, v in env_of(rank).items() if os.environ.get(k) != v}
-            ranks.append(_Rank(rank, ray.start(rank, env), log_dir / f"rank{rank}.log"))
+            log_path = log_dir / f"rank{rank}.log"
+            log_path.touch()  # as for local ranks: a log per rank, even a silent one
+            ranks.append(_Rank(rank, ray.start(rank, env), log_path))
         else:
             ranks.append(_start_rank(config, rank, env_of(rank), log_dir, server))
 

@@ -1,0 +1,84 @@
+"""`phantom run --executor ray`: rank processes as Ray actors on a local Ray cluster that the
+test starts (`ray start --head`) and stops."""
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'phantom-sim[ray]')")
+
+REPO = Path(__file__).resolve().parent.parent
+# Host time out (--host-speed 0.0001): both runs must simulate the same thing; what this
+# machine's Python timing adds would differ between any two runs.
+ARGS = ["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "all", "--host-speed", "0.0001",
+        str(REPO / "examples/llama_train.py"), "--preset", "debug", "--seq-len", "256",
+        "--local-batch-size", "1", "--steps", "3", "--warmup", "1"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
+    if ray_cli is None:
+        pytest.skip("the `ray` command is not on PATH")
+    port = _free_port()
+    # Token authentication (Ray >= 2.5x's default for `ray start`) is off for this private,
+    # local test cluster; a user's cluster brings its own token (RAY_AUTH_TOKEN).
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    temp = tmp_path_factory.mktemp("ray")
+    subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
+                    "--include-dashboard=false", "--disable-usage-stats",
+                    f"--temp-dir={temp}"], check=True, env=env, capture_output=True, timeout=180)
+    try:
+        yield f"127.0.0.1:{port}", env
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
+
+
+def _phantom(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "phantom.cli", "run", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=900)
+
+
+def _summary(out: str) -> dict[str, float]:
+    line = next(l for l in out.splitlines() if l.startswith("summary:"))
+    return {k: float(v) for k, v in re.findall(r"(\w+)=([\d.]+)", line)}
+
+
+def test_sixteen_rank_fsdp_on_ray_matches_the_local_executor(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    on_ray = _phantom(["--executor", "ray", "--ray-address", address, "--log-dir",
+                       str(tmp_path / "logs"), *ARGS], env, tmp_path)
+    assert on_ray.returncode == 0, on_ray.stderr[-4000:]
+    local = _phantom(ARGS, env, tmp_path)
+    assert local.returncode == 0, local.stderr[-4000:]
+    a, b = _summary(local.stdout), _summary(on_ray.stdout)
+    assert b["world_size"] == 16
+    assert abs(b["tokens_per_s_per_gpu"] - a["tokens_per_s_per_gpu"]) <= 0.01 * a["tokens_per_s_per_gpu"]
+    assert b["peak_alloc_gib"] == a["peak_alloc_gib"]
+    # every rank ran in an actor; rank 0's output came back through Ray into its log
+    logs = tmp_path / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == sorted(f"rank{r}.log" for r in range(16))
+    assert "summary:" in (logs / "rank0.log").read_text()
+
+
+def test_a_failing_rank_on_ray_ends_the_run(ray_cluster, tmp_path):
+    address, env = ray_cluster
+    script = tmp_path / "fail.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+                      "if dist.get_rank() == 1:\n    raise ValueError('rank one broke')\n"
+                      "dist.barrier()\n")
+    res = _phantom(["--executor", "ray", "--ray-address", address, "--nproc-per-node", "2",
+                    str(script)], env, tmp_path)
+    assert res.returncode != 0
+    assert "rank 1 failed" in res.stderr and "rank one broke" in res.stderr
