@@ -1,6 +1,6 @@
 """How far one machine simulates: wall time and RAM against the simulated GPU count.
 
-    python bench/scale.py [--only NAME ...] [--out bench/data/scale.md]
+    python bench/scale.py [--only NAME ...] [--startup] [--out bench/data/scale.md]
 
 Runs examples/llama_train.py (Llama-3 8B, or 70B for the 3-D layout; seq 8192) through
 `phantom run --cluster h100-ib` (8 H100 a node, one 400 Gb/s NIC per GPU) from 8 to 1,024
@@ -63,12 +63,23 @@ def _pss(pid: int) -> int:
     return 0
 
 
+# Rank start-up: 16 processes of a tiny model (--ranks all), forked from the pre-warmed
+# parent or each a fresh Python (PHANTOM_NO_FORK_SERVER=1).
+STARTUP = ["--ranks", "all", "examples/llama_train.py", "--preset", "debug", "--seq-len", "256",
+           "--local-batch-size", "1", "--steps", "2", "--warmup", "1"]
+
+
 def run(name: str) -> dict:
     nodes, extra, what = RUNS[name]
     cmd = [sys.executable, "-m", "phantom.cli", "run", "--cluster", "h100-ib", "--nnodes", str(nodes),
            *LLAMA, *extra]
+    return _measure(cmd, name, what, nodes * 8, {})
+
+
+def _measure(cmd: list[str], name: str, what: str, gpus: int, env: dict) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
     peak_total, peak_procs = 0, 0
     while proc.poll() is None:
         sizes = [_pss(p) for p in _phantom_pids()]
@@ -81,15 +92,26 @@ def run(name: str) -> dict:
     if proc.returncode != 0 or not m:
         raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{out[-2000:]}\n{err[-3000:]}")
     ran = re.search(r"(\d+) of (\d+) ranks ran", err)
-    gpus = nodes * 8
     return {"name": name, "what": what, "gpus": gpus, "wall_s": wall, "iter_ms": float(m[1]),
             "tps": int(m[2]), "ranks_run": int(ran[1]) if ran else gpus, "procs": peak_procs,
             "ram_gib": peak_total / 2**30}
 
 
+def startup(lines: list[str]) -> None:
+    lines += ["", "Rank start-up, 16 ranks each a process (`--ranks all`, Llama debug preset, 2 iterations):", "",
+              "| rank processes | wall s | RAM peak GiB (PSS, all processes) |", "|---|---|---|"]
+    cmd = [sys.executable, "-m", "phantom.cli", "run", "--cluster", "h100-ib", "--nnodes", "2", *STARTUP]
+    for label, env in (("forked from the pre-warmed parent", {}),
+                       ("fresh Python each (PHANTOM_NO_FORK_SERVER=1)", {"PHANTOM_NO_FORK_SERVER": "1"})):
+        r = _measure(cmd, label, label, 16, env)
+        lines.append(f"| {label} | {r['wall_s']:.0f} | {r['ram_gib']:.2f} |")
+        print(lines[-1], flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--only", nargs="+", choices=RUNS, default=list(RUNS))
+    p.add_argument("--only", nargs="*", choices=RUNS, default=list(RUNS))
+    p.add_argument("--startup", action="store_true", help="also compare forked and fresh rank processes")
     p.add_argument("--out")
     args = p.parse_args()
     lines = [f"`--cluster h100-ib`, examples/llama_train.py seq 8192, full AC, 3 iterations; this machine: "
@@ -101,6 +123,8 @@ def main() -> None:
         lines.append(f"| {r['what']} | {r['gpus']:,} | {r['ranks_run']} | {r['wall_s']:.0f} | "
                      f"{r['iter_ms']:.1f} | {r['tps']:,} | {r['ram_gib']:.2f} |")
         print(lines[-1], flush=True)
+    if args.startup:
+        startup(lines)
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -35,6 +35,9 @@ Timing = tuple[float, float, str, str, int]
 # schedule(requests, start, sibling groups that run the same collective at the same time)
 Scheduler = Callable[[list[Request], float, list[tuple[int, ...]]], Timing]
 FORGET_EVERY = 64  # collectives between pruning the network's reservation history
+# Collectives kept for ranks started late (they replay them). Ranks start at their first
+# point-to-point transfer, early in the first step; a bound keeps a long run's memory flat.
+MAX_ANSWERED = 200_000
 
 
 @dataclass
@@ -215,6 +218,8 @@ class Coordinator:
         result = Result(start, end, payloads, algorithm, protocol, channels)
         if absent:
             self._answered[key] = (first.signature, result)
+            if len(self._answered) > MAX_ANSWERED:
+                del self._answered[next(iter(self._answered))]
         self.collectives += 1
         self.sibling_collectives += len(siblings)
         for r in reqs:
