@@ -6,8 +6,8 @@ Runs examples/llama_train.py (Llama-3 8B, or 70B for the 3-D layout; seq 8192) t
 `phantom run --cluster h100-ib` (8 H100 a node, one 400 Gb/s NIC per GPU) from 8 to 1,024
 simulated GPUs, with the default `--ranks` (every rank up to 8, representative ranks above),
 and samples the proportional set size (PSS: shared pages split between the processes that
-share them, so the sum is the real RAM used) of every phantom process -- the launcher, the
-fork server, the ranks -- twice a second from /proc. Reports the wall time of the whole run
+share them, so the sum is the real RAM used) of the run's process tree -- the launcher,
+the fork server, the ranks -- twice a second from /proc. Reports the wall time of the whole run
 (start-up, three iterations: the first one, with FSDP's and the allocator's warm-up, is the
 slowest), the processes that ran, the simulated iteration time and tokens/s/GPU the script
 printed, and the peak RAM in total.
@@ -40,17 +40,22 @@ RUNS = {
 }
 
 
-def _phantom_pids() -> list[int]:
-    pids = []
+def _descendants(root: int) -> list[int]:
+    """`root` and every process under it (the launcher, its fork server, the ranks)."""
+    children: dict[int, list[int]] = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                cmd = Path(f"/proc/{d}/cmdline").read_bytes()
-            except OSError:
+                ppid = int(Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"phantom.launcher" in cmd or b"phantom.cli" in cmd:
-                pids.append(int(d))
-    return pids
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
 
 
 def _pss(pid: int) -> int:
@@ -82,7 +87,7 @@ def _measure(cmd: list[str], name: str, what: str, gpus: int, env: dict) -> dict
                             env={**os.environ, **env})
     peak_total, peak_procs = 0, 0
     while proc.poll() is None:
-        sizes = [_pss(p) for p in _phantom_pids()]
+        sizes = [_pss(p) for p in _descendants(proc.pid)]
         peak_total = max(peak_total, sum(sizes))
         peak_procs = max(peak_procs, len(sizes))
         time.sleep(0.5)

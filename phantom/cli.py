@@ -123,7 +123,6 @@ def parse_run_args(argv: list[str]) -> RunConfig:
                        shipped_db=not args.no_db)
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
         _configure_cluster(config, args)
-    _configure_ranks(config, args.ranks)
     if args.executor == "ray" or args.ray_address:
         if not config.distributed:
             raise UsageError("--executor ray needs a distributed run (--nproc-per-node, "
@@ -133,6 +132,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         except ImportError:
             raise UsageError("--executor ray needs Ray: pip install 'phantom-sim[ray]'") from None
         config.executor, config.ray_address = "ray", args.ray_address
+    _configure_ranks(config, args.ranks)
     _configure_outputs(config, args)
     if args.module:
         config.module, config.args = args.module, target
@@ -250,6 +250,13 @@ def _configure_ranks(config: RunConfig, spec: str | None) -> None:
 
     if spec is None:
         spec = "auto" if config.world_size > AUTO_RANKS_ABOVE else "all"
+        cores = os.cpu_count() or 1
+        if spec == "all" and config.world_size > cores and config.executor == "local" \
+                and not config.quiet:
+            print(f"phantom: {config.world_size} rank processes on {cores} CPU cores: each "
+                  "rank's measured host time carries this machine's contention; "
+                  "`--ranks auto` runs one process per class of equivalent ranks.",
+                  file=sys.stderr)
     elif not config.distributed:
         raise UsageError("--ranks needs a distributed run (--nproc-per-node, --nnodes or --cluster)")
     try:
