@@ -77,10 +77,26 @@ def _patch_compile() -> None:
 
 
 def _patch_optimizer_steps(sim: "Simulation") -> None:
-    """Optimizer steps mark iterations: every training loop calls one per iteration."""
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    """Optimizer steps mark iterations: every training loop calls one per iteration. An
+    optimizer that steps others inside its own step (an Optimizer subclass holding one
+    optimizer per model part, as torchtitan's OptimizersContainer) marks one iteration."""
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: sim.mark_iteration())
+    depth = [0]
+
+    def pre(optimizer, args, kwargs) -> None:
+        depth[0] += 1
+
+    def post(optimizer, args, kwargs) -> None:
+        depth[0] = max(0, depth[0] - 1)
+        if depth[0] == 0:
+            sim.mark_iteration()
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
 
 
 def _patch_storage_resize(sim: "Simulation") -> None:

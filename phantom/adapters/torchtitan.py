@@ -1,0 +1,320 @@
+"""TorchTitan (0.3.0) under simulation.
+
+WIP
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Iterator
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.nn.attention.flex_attention import AuxOutput, BlockMask
+
+from phantom.interception.mode import SimulationError
+
+
+class _Anything:
+    """Stands for any attribute of the missing `triton` package at import time: callable,
+    subscriptable, usable as a decorator and in annotations (`tl.constexpr`,
+    `tl.pointer_type(tl.int64)`, `@triton.jit(do_not_specialize=[...])`)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, name: str) -> "_Anything":
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything(f"{self._name}.{name}")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) == 1 and callable(args[0]) and not kwargs:  # @triton.jit
+            return _TritonKernel(args[0])
+        return _Anything(f"{self._name}(...)")
+
+    def __getitem__(self, item: Any) -> "_Anything":
+        return self
+
+    def __repr__(self) -> str:
+        return f"<phantom stand-in for {self._name}>"
+
+
+class _TritonKernel:
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        self.__name__ = getattr(fn, "__name__", "kernel")
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> None:
+            raise NotImplementedError(
+                f"phantom: torchtitan launched the Triton kernel {self.__name__}; Triton "
+                "kernels are not simulated (this path needs a real GPU).")
+
+        return launch
+
+
+class _TritonModule(ModuleType):
+    def __getattr__(self, name: str) -> _Anything:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Anything(f"{self.__name__}.{name}")
+
+
+@contextlib.contextmanager
+def triton_stand_in() -> Iterator[None]:
+    """torchtitan/distributed/minimal_async_ep/kernels.py (reached from every model through
+    models/common/token_dispatcher.py) and torchtitan/overrides/fused_{swiglu,mla}.py
+    `import triton` at module level to define @triton.jit kernels. A CPU-only torch has no
+    Triton. While such a module executes, `triton` and `triton.language` are stand-ins
+    whose kernels raise if launched (those paths need a real GPU); they are taken out of
+    sys.modules again afterwards, so torch's own optional-Triton checks still see none."""
+    if importlib.util.find_spec("triton") is not None or "triton" in sys.modules:
+        yield
+        return
+    # torch caches its "is Triton installed" answer: make sure it is computed without us.
+    from torch.utils._triton import has_triton_package
+
+    has_triton_package()
+    names = ("triton", "triton.language")
+    for name in names:
+        module = _TritonModule(name)
+        module.__spec__ = importlib.machinery.ModuleSpec(name, None)
+        sys.modules[name] = module
+    sys.modules["triton"].language = sys.modules["triton.language"]
+    try:
+        yield
+    finally:
+        for name in names:
+            sys.modules.pop(name, None)
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"phantom: {message}", stacklevel=3)
+
+
+def patch_configs(module: ModuleType) -> None:
+    """torchtitan/config/configs.py `TrainingConfig.disable_cuda_graphs` defaults to False:
+    the trainer captures forward+backward in a CUDA graph (distributed/cudagraph.py) and
+    replays it. phantom does not simulate graph capture (no captured kernels to replay), so
+    under simulation the default becomes True: the step runs eagerly, with the same kernels
+    and eager launch overhead on the host (documented fallback, README "TorchTitan").
+    Asking for graphs explicitly (`--training.no-disable-cuda-graphs`) is an error below."""
+    defaults = module.TrainingConfig.__init__.__kwdefaults__
+    defaults["disable_cuda_graphs"] = True
+    compat_configs(module)
+
+
+def compat_configs(module: ModuleType) -> None:
+    """torchtitan/config/configs.py `ParallelismConfig.spmd_backend` defaults to
+    "spmd_types", whose FSDP path (models/llama3/parallelize.py -> fully_shard(...,
+    dp_mesh_dims=...)) needs a newer torch: torch 2.11-2.13's fully_shard then requires
+    every parameter to be a DTensor on the full mesh and fails ("When dp_mesh_dims is
+    provided, all parameters must be DTensors"). "partial_dtensor" is torchtitan's classic
+    path (DTensor for TP/CP only, FSDP2 on plain parameters) and works on these versions."""
+    if _torch_version() < (2, 14):
+        defaults = module.ParallelismConfig.__init__.__kwdefaults__
+        defaults["spmd_backend"] = "partial_dtensor"
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def patch_trainer(module: ModuleType) -> None:
+    """torchtitan/trainer.py wraps the step with `wrap_with_cuda_graph` unless
+    `training.disable_cuda_graphs`: a clear error instead of a failing graph capture."""
+
+    def wrap_with_cuda_graph(fwd_bwd_fn):
+        raise SimulationError(
+            "phantom: torchtitan's CUDA graph capture (training.disable_cuda_graphs=False) "
+            "is not simulated. Leave out --training.no-disable-cuda-graphs: under phantom "
+            "the step runs eagerly by default (README, 'TorchTitan').")
+
+    module.wrap_with_cuda_graph = wrap_with_cuda_graph
+
+
+# -- offline assets ----------------------------------------------------------------------------
+
+ASSETS = Path(__file__).resolve().parent / "assets" / "torchtitan"
+TOKENIZER = ASSETS / "tokenizer"
+DATASET = ASSETS / "c4_tiny"
+
+
+def patch_tokenizer(module: ModuleType) -> None:
+    """torchtitan/components/tokenizer.py `HuggingFaceTokenizer(tokenizer_path=
+    config.hf_assets_path)` needs tokenizer files downloaded from the Hub
+    (scripts/download_hf_assets.py); the shipped configs point at ./assets/hf/<model> or
+    ./tests/assets/tokenizer. Under simulation only token ids below the model's vocabulary
+    size matter, so a missing path falls back to phantom's offline byte-level tokenizer
+    (phantom/adapters/assets/torchtitan/make_assets.py)."""
+    cls = module.HuggingFaceTokenizer
+    original_init = cls.__init__
+
+    def __init__(self, config=None, *, tokenizer_path: str):
+        if not os.path.exists(tokenizer_path):
+            _warn(f"tokenizer path {tokenizer_path!r} does not exist; using phantom's offline "
+                  f"tokenizer {TOKENIZER}")
+            tokenizer_path = str(TOKENIZER)
+        original_init(self, config, tokenizer_path=tokenizer_path)
+
+    cls.__init__ = __init__
+
+
+def patch_text_datasets(module: ModuleType) -> None:
+    """torchtitan/hf_datasets/text_datasets.py `DATASETS`: "c4" and "c4_validation" stream
+    allenai/c4 from the Hugging Face Hub and "c4_test" reads ./tests/assets/c4_test of a
+    torchtitan checkout. Under simulation the text only sets host time (tokenising), so
+    these load phantom's offline tiny dataset instead (same JSON "text" rows), unless
+    `--dataloader.dataset_path` names a local one.
+
+    `split_dataset_by_node` gives each data-parallel rank a contiguous shard; with more
+    ranks than the tiny dataset has documents a shard would be empty and torchtitan's
+    infinite loader would loop without yielding. Then every rank reads the whole dataset."""
+    config_cls = type(module.DATASETS["c4_test"])
+
+    def load_local(path: str):
+        from datasets import load_dataset
+
+        return load_dataset(path, split="train")
+
+    for name in ("c4", "c4_validation", "c4_test"):
+        entry = module.DATASETS.get(name)
+        if entry is None or os.path.exists(entry.path):
+            continue
+        module.DATASETS[name] = config_cls(path=str(DATASET), loader=load_local,
+                                           sample_processor=entry.sample_processor)
+
+    original_split = module.split_dataset_by_node
+
+    def split_dataset_by_node(dataset, rank: int, world_size: int):
+        n = getattr(dataset, "num_rows", None)
+        if isinstance(n, int) and n < world_size:
+            return dataset
+        return original_split(dataset, rank, world_size)
+
+    module.split_dataset_by_node = split_dataset_by_node
+
+
+# -- torch version compatibility (needed on a real GPU as well: bench/torchtitan.py real) --
+
+def apply_torch_compat() -> None:
+    """torchtitan 0.3.0 is written against a newer torch than 2.11-2.13.
+
+    - torchtitan/distributed/utils.py `set_pg_timeouts` calls `torch.distributed.set_timeout`,
+      which torch <= 2.13 only has as the private `_set_pg_timeout` (same signature)."""
+    import torch.distributed as dist
+
+    if not hasattr(dist, "set_timeout"):
+        from torch.distributed.distributed_c10d import _set_pg_timeout
+
+        dist.set_timeout = _set_pg_timeout
+
+
+def patch_distributed_utils(module: ModuleType) -> None:
+    apply_torch_compat()
+
+
+# -- attention -----------------------------------------------------------------------------
+
+def _is_phantom_tensor(x: object) -> bool:
+    return isinstance(x, FakeTensor) and x.device.type == "cuda"
+
+
+def causal_block_mask(mask_mod, batch: int, seq_q: int, seq_kv: int, device,
+                      block_size: int | tuple[int, int] = 128,
+                      separate_full_blocks: bool = True) -> BlockMask:
+    """The BlockMask `create_block_mask` builds for a causal mask, from its block structure:
+    query block i has the diagonal block partial and blocks 0..i-1 full (with
+    `separate_full_blocks`), or blocks 0..i all partial. A few small tensors instead of
+    evaluating `mask_mod` over the whole B x S x S grid."""
+    bq, bkv = (block_size, block_size) if isinstance(block_size, int) else block_size
+    nq, nkv = -(-seq_q // bq), -(-seq_kv // bkv)
+    rows = torch.arange(nq, device=device, dtype=torch.int32)
+    cols = torch.arange(nkv, device=device, dtype=torch.int32)
+    # kv block of the diagonal for each query block (bottom-right aligned if seq_kv > seq_q)
+    diag = ((rows + 1) * bq + (seq_kv - seq_q) - 1) // bkv
+    diag = diag.clamp(max=nkv - 1)
+    if separate_full_blocks:
+        kv_num = torch.ones(nq, device=device, dtype=torch.int32)
+        kv_idx = torch.where(cols[None, :] == 0, diag[:, None], cols[None, :].expand(nq, nkv))
+        full_num = diag
+        full_idx = cols[None, :].expand(nq, nkv)
+    else:
+        kv_num = diag + 1
+        kv_idx = cols[None, :].expand(nq, nkv)
+        full_num = full_idx = None
+
+    def expand(t):
+        return None if t is None else t.reshape(1, 1, *t.shape).expand(batch, 1, *t.shape) \
+            .contiguous()
+
+    return BlockMask.from_kv_blocks(expand(kv_num), expand(kv_idx), expand(full_num),
+                                    expand(full_idx), BLOCK_SIZE=(bq, bkv), mask_mod=mask_mod,
+                                    seq_lengths=(seq_q, seq_kv))
+
+
+def flex_attention_as_flash(q, k, v, *, score_mod=None, block_mask=None, scale=None,
+                            enable_gqa=False, return_aux=None, kernel_options=None):
+    """FlexAttention's compiled kernel under simulation, timed as the fused causal kernel.
+
+    Assumption (README "TorchTitan"): every row holds one document, so torchtitan's
+    block-causal (per-document) mask is the causal mask. The BlockMask's values are not
+    known (they come from the data), so its sparsity cannot be read. The kernel is charged
+    as FlashAttention-2 (`_scaled_dot_product_flash_attention`, GQA native), whose fitted
+    H100 curve is close to compiled FlexAttention on Hopper (FlexAttention reaches about
+    90% of FA2 forward and 85% backward, PyTorch's FlexAttention blog).
+
+    With context parallelism torchtitan gives each rank S/cp queries and all-gathered keys
+    (distributed/context_parallel/api.py); head-tail and PTRR load balancing give every rank
+    1/cp of the causal work, S*S/(2cp) query-key pairs: charged as the same kernel over
+    S/cp queries and the first S/2 keys without a mask."""
+    sq, skv = q.shape[-2], k.shape[-2]
+    if sq == skv:
+        causal = True
+    else:
+        causal = False
+        half = max(skv // 2, 1)
+        k, v = k.narrow(-2, 0, half), v.narrow(-2, 0, half)
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
+        q, k, v, 0.0, causal, False, scale=scale)[:2]
+    want_lse = return_aux is not None and getattr(return_aux, "lse", False)
+    return out, AuxOutput(lse=lse if want_lse else None)
+
+
+def patch_attention(module: ModuleType) -> None:
+    """torchtitan/models/common/attention.py: the Llama3/Qwen3 attention is FlexAttention
+    with a block-causal mask, both run through torch.compile on a real GPU.
+
+    - `create_attention_mask` (compiled `create_block_mask`) evaluates the mask function
+      over a B x S x S grid; eagerly on fake tensors that is ~S*S elements of simulated
+      kernels and memory a real run does not spend. Replaced by `causal_block_mask`.
+    - `FlexAttention._compiled_flex_attn` (torch.compile(flex_attention)) runs eagerly under
+      phantom: flex's eager path materialises the S x S score matrix (time and memory of
+      the unfused math). Replaced by `flex_attention_as_flash`."""
+    original_mask = module.create_attention_mask
+    original_flex = module.FlexAttention._compiled_flex_attn
+
+    def create_attention_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128,
+                              separate_full_blocks=True, **kwargs):
+        if device is None or torch.device(device).type != "cuda":
+            return original_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=device,
+                                 BLOCK_SIZE=BLOCK_SIZE,
+                                 separate_full_blocks=separate_full_blocks, **kwargs)
+        return causal_block_mask(mask_mod, B or 1, Q_LEN, KV_LEN, device, BLOCK_SIZE,
+                                 separate_full_blocks)
+
+    def compiled_flex_attn(q, k, v, **kwargs):
+        if not _is_phantom_tensor(q):
+            return original_flex(q, k, v, **kwargs)
+        return flex_attention_as_flash(q, k, v, **kwargs)
+
+    module.create_attention_mask = create_attention_mask
+    module.FlexAttention._compiled_flex_attn = compiled_flex_attn
