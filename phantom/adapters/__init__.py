@@ -26,6 +26,7 @@ ADAPTERS: dict[str, str] = {
            "torchtitan.components.tokenizer": "patch_tokenizer",
            "torchtitan.hf_datasets.text_datasets": "patch_text_datasets",
            "torchtitan.models.common.attention": "patch_attention",
+           "torchtitan.models.common.token_dispatcher": "patch_token_dispatcher",
        }.items()},
 }
 # module name -> context manager (a function of no arguments) entered while that module's

@@ -203,6 +203,71 @@ def patch_text_datasets(module: ModuleType) -> None:
     module.split_dataset_by_node = split_dataset_by_node
 
 
+# -- MoE: uniform expert load ------------------------------------------------------------------
+
+def uniform_splits(rows: int, ranks: int, rank: int) -> tuple[list[int], list[int]]:
+    """All-to-all splits of `rows` routed token copies over `ranks` expert-parallel ranks when
+    every expert receives the same number of tokens: this rank sends rows/ranks to each rank
+    and, every rank routing the same number of tokens, receives as much from each."""
+    base, extra = divmod(rows, ranks)
+    send = [base + (1 if r < extra else 0) for r in range(ranks)]
+    receive = [base + (1 if rank < extra else 0)] * ranks
+    return send, receive
+
+
+def patch_token_dispatcher(module: ModuleType) -> None:
+    """torchtitan/models/common/token_dispatcher.py, expert parallelism.
+
+    Assumption (README "TorchTitan"): experts are load-balanced, every expert receives the
+    same number of tokens. The router runs as usual (its GEMM, softmax and top-k are timed),
+    but its choices come from simulated logits with no values, so the per-expert token counts
+    have none either. `AllToAllTokenDispatcher._sync_token_count_exchange` copies them to the
+    host (`.tolist()`) to size the dispatch all-to-all; the copies stay (they are a real
+    device-to-host sync), and the split lists they return are replaced by the uniform
+    dispatch (`uniform_splits`). Without EP no count is read: the grouped GEMMs' per-expert
+    sizes are already taken as uniform by phantom's cost model.
+
+    DeepEP, HybridEP and MinimalAsyncEP need their own CUDA/Triton kernels and libraries:
+    building one of those dispatchers under simulation is a clear error."""
+    a2a = module.AllToAllTokenDispatcher
+    original_dispatch = a2a.dispatch
+    original_sync = a2a._sync_token_count_exchange
+
+    def dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK,
+                 num_local_tokens_per_expert_E):
+        self._phantom_routed_rows = topk_expert_ids_TK.numel()
+        return original_dispatch(self, x_TD, topk_scores_TK, topk_expert_ids_TK,
+                                 num_local_tokens_per_expert_E)
+
+    def _sync_token_count_exchange(self, num_local_tokens_per_expert_E,
+                                   num_global_tokens_per_local_expert_EP_e, ep_size):
+        out = original_sync(self, num_local_tokens_per_expert_E,
+                            num_global_tokens_per_local_expert_EP_e, ep_size)
+        rows = getattr(self, "_phantom_routed_rows", None)
+        if rows is None or not _is_phantom_tensor(num_local_tokens_per_expert_E):
+            return out
+        send, receive = uniform_splits(rows, ep_size, self.ep_mesh.get_local_rank())
+        return out[0], send, receive
+
+    a2a.dispatch = dispatch
+    a2a._sync_token_count_exchange = _sync_token_count_exchange
+
+    for name in ("DeepEPTokenDispatcher", "HybridEPTokenDispatcher",
+                 "MinimalAsyncEPTokenDispatcher"):
+        cls = getattr(module, name, None)
+        if cls is not None:
+            _refuse_init(cls, f"torchtitan's {name} (its own CUDA/Triton kernels) is not "
+                              "simulated; use the default all-to-all dispatcher "
+                              "(moe_comm_backend='standard')")
+
+
+def _refuse_init(cls: type, why: str) -> None:
+    def __init__(self, *args, **kwargs):
+        raise SimulationError(f"phantom: {why} (README, 'TorchTitan').")
+
+    cls.__init__ = __init__
+
+
 # -- torch version compatibility (needed on a real GPU as well: bench/torchtitan.py real) --
 
 def apply_torch_compat() -> None:
