@@ -112,8 +112,34 @@ def _patch_storage_resize(sim: "Simulation") -> None:
     torch.UntypedStorage.resize_ = resize_
 
 
+def _patch_dtensor_shape_propagation() -> None:
+    """DTensor computes an op's global output shape by running the op on global-shape fake
+    tensors under `detect_fake_mode() or FakeTensorMode()` (torch/distributed/tensor/
+    _sharding_prop.py `_propagate_tensor_meta_non_cached`). DTensor dispatch runs with
+    phantom's mode active (mode.py: subclass arguments), so detect_fake_mode would find
+    phantom's mode and that metadata computation would be simulated as device work: global-
+    size allocations (all of a model's optimizer states at the first fused AdamW step) and
+    kernel time a real run never spends. It runs under a plain FakeTensorMode instead, as
+    it does outside simulation."""
+    try:
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    except ImportError:  # torch built without distributed
+        return
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    @functools.wraps(original)
+    def propagate(self, op_schema):
+        with unset_fake_temporarily():
+            return original(self, op_schema)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate
+
+
 def install(sim: "Simulation") -> None:
     _patch_swap_tensors()
+    _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
     _patch_compile()
     _patch_optimizer_steps(sim)
