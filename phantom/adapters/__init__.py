@@ -22,19 +22,23 @@ ADAPTERS: dict[str, str] = {
        for name, func in {
            "torchtitan.config.configs": "patch_configs",
            "torchtitan.trainer": "patch_trainer",
-           "torchtitan.distributed.utils": "patch_distributed_utils",
+           "torchtitan.distributed.utils": "compat_distributed_utils",
+           "torchtitan.distributed.pipeline_parallel": "compat_pipeline_parallel",
            "torchtitan.components.tokenizer": "patch_tokenizer",
            "torchtitan.hf_datasets.text_datasets": "patch_text_datasets",
            "torchtitan.models.common.attention": "patch_attention",
            "torchtitan.models.common.token_dispatcher": "patch_token_dispatcher",
+           "torchtitan.distributed.compile": "patch_compile",
+           "torchtitan.components.quantization": "patch_quantization",
        }.items()},
 }
 # module name -> context manager (a function of no arguments) entered while that module's
-# own code runs, for a module whose import itself fails under simulation.
+# own code runs: for a module whose import needs a stand-in under simulation.
 AROUND_IMPORT: dict[str, str] = {
-    name: "phantom.adapters.torchtitan:triton_stand_in"
-    for name in ("torchtitan.distributed.minimal_async_ep.kernels",
-                 "torchtitan.overrides.fused_swiglu", "torchtitan.overrides.fused_mla")
+    **{name: "phantom.adapters.torchtitan:triton_stand_in"
+       for name in ("torchtitan.distributed.minimal_async_ep.kernels",
+                    "torchtitan.overrides.fused_swiglu", "torchtitan.overrides.fused_mla")},
+    "torchtitan.models.common.attention": "phantom.adapters.torchtitan:quiet_module_compile",
 }
 
 

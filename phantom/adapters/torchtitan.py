@@ -1,12 +1,32 @@
-"""TorchTitan (0.3.0) under simulation.
+"""TorchTitan 0.3.0 under simulation: `phantom run ... -m torchtitan.train <torchtitan flags>`.
 
-WIP
+torchtitan's trainer runs unchanged; these patches, applied by the import hook in
+phantom/adapters/__init__.py only when torchtitan's modules are imported, fix the places
+where it cannot run on a simulated GPU. Each names the torchtitan code it works around.
+
+Simulation policy (README, "TorchTitan"):
+- Attention: each training row is one document, so torchtitan's block-causal FlexAttention
+  mask is the causal mask; the compiled FlexAttention kernel is timed as FlashAttention-2.
+- MoE: experts are load-balanced (uniform routing); the expert-parallel all-to-all is sized
+  by an analytic uniform dispatch instead of token counts read from simulated router logits.
+- CUDA graphs (on by default in 0.3.0) are not simulated: the step runs eagerly unless
+  graphs are asked for explicitly, which is an error. `--compile.enable` runs eagerly (a
+  warning; eager kernel times). Float8/MX/NVFP4 converters, DeepEP/HybridEP/MinimalAsyncEP
+  dispatchers and async TP are clear errors.
+- Offline: missing tokenizer paths fall back to phantom's byte-level tokenizer, and the C4
+  datasets to a tiny local dataset (assets/torchtitan/, see make_assets.py).
+
+torch version compatibility: torchtitan 0.3.0 targets a newer torch than 2.11-2.13. The
+`compat_*` patches (spmd backend default, `dist.set_timeout`, pre-split pipeline
+microbatches) are needed on a real GPU with those versions too; `install_compat()` applies
+only them (bench/torchtitan.py real).
 """
 from __future__ import annotations
 
 import contextlib
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import sys
 import warnings
@@ -16,10 +36,51 @@ from typing import Any, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
-from torch.nn.attention.flex_attention import AuxOutput, BlockMask
 
 from phantom.interception.mode import SimulationError
 
+ASSETS = Path(__file__).resolve().parent / "assets" / "torchtitan"
+TOKENIZER = ASSETS / "tokenizer"
+DATASET = ASSETS / "c4_tiny"
+
+# Patches a real (non-simulated) run on torch 2.11-2.13 needs too: module -> function here.
+COMPAT_PATCHES = {
+    "torchtitan.config.configs": "compat_configs",
+    "torchtitan.distributed.utils": "compat_distributed_utils",
+    "torchtitan.distributed.pipeline_parallel": "compat_pipeline_parallel",
+}
+
+
+def install_compat() -> None:
+    """Apply only the torch-version patches (for a real run of torchtitan 0.3.0 on torch
+    2.11-2.13: bench/torchtitan.py real)."""
+    from phantom import adapters
+
+    adapters.install(patches={m: f"{__name__}:{f}" for m, f in COMPAT_PATCHES.items()},
+                     around={})
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"phantom: {message}", stacklevel=3)
+
+
+def _is_phantom_tensor(x: object) -> bool:
+    return isinstance(x, FakeTensor) and x.device.type == "cuda"
+
+
+def _torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def _refuse_init(cls: type, why: str) -> None:
+    def __init__(self, *args, **kwargs):
+        raise SimulationError(f"phantom: {why} (README, 'TorchTitan').")
+
+    cls.__init__ = __init__
+
+
+# -- import-time: Triton ----------------------------------------------------------------------
 
 class _Anything:
     """Stands for any attribute of the missing `triton` package at import time: callable,
@@ -95,9 +156,26 @@ def triton_stand_in() -> Iterator[None]:
             sys.modules.pop(name, None)
 
 
-def _warn(message: str) -> None:
-    warnings.warn(f"phantom: {message}", stacklevel=3)
+@contextlib.contextmanager
+def quiet_module_compile() -> Iterator[None]:
+    """torchtitan/models/common/attention.py compiles `flex_attention` and
+    `create_block_mask` at import (class and module attributes). Both are replaced under
+    simulation (`patch_attention`), so phantom's "torch.compile is not simulated" warning
+    would be misleading there: while that module executes, torch.compile is a silent
+    identity (as phantom's own torch.compile is, less the warning)."""
+    patched = torch.compile
 
+    def compile(model: Any = None, **kwargs: Any) -> Any:
+        return (lambda fn: fn) if model is None else model
+
+    torch.compile = compile
+    try:
+        yield
+    finally:
+        torch.compile = patched
+
+
+# -- configuration and trainer ----------------------------------------------------------------
 
 def patch_configs(module: ModuleType) -> None:
     """torchtitan/config/configs.py `TrainingConfig.disable_cuda_graphs` defaults to False:
@@ -110,6 +188,18 @@ def patch_configs(module: ModuleType) -> None:
     defaults["disable_cuda_graphs"] = True
     compat_configs(module)
 
+    # `parallelism.enable_fsdp_symm_mem` makes FSDP2 communicate through symmetric memory
+    # (torch.distributed._symmetric_memory), which has no simulated counterpart.
+    original_post_init = module.ParallelismConfig.__post_init__
+
+    def __post_init__(self):
+        if self.enable_fsdp_symm_mem:
+            raise SimulationError("phantom: --parallelism.enable_fsdp_symm_mem (symmetric-"
+                                  "memory FSDP) is not simulated (README, 'TorchTitan').")
+        original_post_init(self)
+
+    module.ParallelismConfig.__post_init__ = __post_init__
+
 
 def compat_configs(module: ModuleType) -> None:
     """torchtitan/config/configs.py `ParallelismConfig.spmd_backend` defaults to
@@ -121,11 +211,6 @@ def compat_configs(module: ModuleType) -> None:
     if _torch_version() < (2, 14):
         defaults = module.ParallelismConfig.__init__.__kwdefaults__
         defaults["spmd_backend"] = "partial_dtensor"
-
-
-def _torch_version() -> tuple[int, int]:
-    major, minor = torch.__version__.split(".")[:2]
-    return int(major), int(minor)
 
 
 def patch_trainer(module: ModuleType) -> None:
@@ -141,12 +226,44 @@ def patch_trainer(module: ModuleType) -> None:
     module.wrap_with_cuda_graph = wrap_with_cuda_graph
 
 
+def patch_compile(module: ModuleType) -> None:
+    """torchtitan/distributed/compile.py `apply_compile` (`--compile.enable`) compiles each
+    transformer block. phantom runs compiled code eagerly (its torch.compile returns the
+    module), so the simulated step is that of eager kernels: documented fallback, with a
+    warning; torchtitan's published compile rows are 14-16% faster than eager. Async TP
+    (`--compile.enable_async_tensor_parallel`) needs symmetric memory and Inductor's
+    micro-pipelined TP kernels: a clear error."""
+    original = module.apply_compile
+
+    def apply_compile(model, *, compile_config, parallel_dims, **kwargs):
+        if getattr(compile_config, "enable_async_tensor_parallel", False):
+            raise SimulationError(
+                "phantom: torchtitan's async tensor parallelism "
+                "(--compile.enable_async_tensor_parallel) is not simulated (README, "
+                "'TorchTitan').")
+        _warn("--compile.enable: torch.compile is not simulated; the compiled blocks run "
+              "eagerly and are timed as eager kernels (README, 'TorchTitan').")
+        return original(model, compile_config=compile_config, parallel_dims=parallel_dims,
+                        **kwargs)
+
+    module.apply_compile = apply_compile
+
+
+def patch_quantization(module: ModuleType) -> None:
+    """torchtitan/components/quantization: the Float8, MXFP8 and NVFP4 converters swap
+    Linear/GroupedExperts for torchao low-precision kernels (scaled GEMMs fed by amax and
+    casting kernels that need torch.compile to be fast). phantom has no calibration for
+    them: building one under simulation is a clear error."""
+    for name in ("Float8LinearConverter", "Float8GroupedExpertsConverter",
+                 "MXFP8LinearConverter", "MXFP8GroupedExpertsConverter",
+                 "NVFP4LinearConverter"):
+        cls = getattr(module, name, None)
+        if cls is not None:
+            _refuse_init(cls, f"torchtitan's {name} (float8/MX/NVFP4 training) is not "
+                              "simulated; run the bf16 model")
+
+
 # -- offline assets ----------------------------------------------------------------------------
-
-ASSETS = Path(__file__).resolve().parent / "assets" / "torchtitan"
-TOKENIZER = ASSETS / "tokenizer"
-DATASET = ASSETS / "c4_tiny"
-
 
 def patch_tokenizer(module: ModuleType) -> None:
     """torchtitan/components/tokenizer.py `HuggingFaceTokenizer(tokenizer_path=
@@ -261,13 +378,6 @@ def patch_token_dispatcher(module: ModuleType) -> None:
                               "(moe_comm_backend='standard')")
 
 
-def _refuse_init(cls: type, why: str) -> None:
-    def __init__(self, *args, **kwargs):
-        raise SimulationError(f"phantom: {why} (README, 'TorchTitan').")
-
-    cls.__init__ = __init__
-
-
 # -- torch version compatibility (needed on a real GPU as well: bench/torchtitan.py real) --
 
 def apply_torch_compat() -> None:
@@ -283,19 +393,59 @@ def apply_torch_compat() -> None:
         dist.set_timeout = _set_pg_timeout
 
 
-def patch_distributed_utils(module: ModuleType) -> None:
+def compat_distributed_utils(module: ModuleType) -> None:
     apply_torch_compat()
+
+
+def compat_pipeline_step() -> None:
+    """torchtitan/trainer.py `pp_forward_backward_step` splits the batch into microbatches
+    itself and calls `pp_schedule.step(arg_mbs=..., kwarg_mbs=..., target_mbs=...,
+    losses=..., loss_kwargs=..., return_outputs=False)`, an API of a newer torch. torch
+    2.11-2.13's `step(*args, target=..., **kwargs)` takes the whole batch and would treat
+    those names as model kwargs ("Expecting 8 arg_mbs but got 1"). Pre-split microbatches
+    are passed to the schedule's own `_step_microbatches`, with the per-step stage set-up
+    `step` does first."""
+    from torch.distributed.pipelining import schedules
+
+    if "arg_mbs" in inspect.signature(schedules.PipelineScheduleSingle.step).parameters:
+        return
+    for cls in (schedules.PipelineScheduleSingle, schedules.PipelineScheduleMulti):
+        if getattr(cls.step, "_phantom_compat", False):
+            continue
+        cls.step = _microbatch_step(cls.step)
+
+
+def _microbatch_step(original):
+    def step(self, *args, arg_mbs=None, kwarg_mbs=None, target_mbs=None, **kwargs):
+        if arg_mbs is None and kwarg_mbs is None and target_mbs is None:
+            return original(self, *args, **kwargs)
+        losses = kwargs.pop("losses", None)
+        return_outputs = kwargs.pop("return_outputs", True)
+        loss_kwargs = kwargs.pop("loss_kwargs", None)
+        stages = getattr(self, "_stages", None) or [self._stage]
+        for stage in stages:
+            stage.has_backward = self._has_backward
+            stage.clear_runtime_states()
+        self._step_microbatches(arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs,
+                                loss_kwargs=loss_kwargs)
+        for stage in stages:
+            if stage.is_last and return_outputs:
+                return self._merge_outputs(stage.output_chunks)
+        return None
+
+    step._phantom_compat = True
+    return step
+
+
+def compat_pipeline_parallel(module: ModuleType) -> None:
+    compat_pipeline_step()
 
 
 # -- attention -----------------------------------------------------------------------------
 
-def _is_phantom_tensor(x: object) -> bool:
-    return isinstance(x, FakeTensor) and x.device.type == "cuda"
-
-
 def causal_block_mask(mask_mod, batch: int, seq_q: int, seq_kv: int, device,
                       block_size: int | tuple[int, int] = 128,
-                      separate_full_blocks: bool = True) -> BlockMask:
+                      separate_full_blocks: bool = True):
     """The BlockMask `create_block_mask` builds for a causal mask, from its block structure:
     query block i has the diagonal block partial and blocks 0..i-1 full (with
     `separate_full_blocks`), or blocks 0..i all partial. A few small tensors instead of
@@ -320,6 +470,8 @@ def causal_block_mask(mask_mod, batch: int, seq_q: int, seq_kv: int, device,
     def expand(t):
         return None if t is None else t.reshape(1, 1, *t.shape).expand(batch, 1, *t.shape) \
             .contiguous()
+
+    from torch.nn.attention.flex_attention import BlockMask
 
     return BlockMask.from_kv_blocks(expand(kv_num), expand(kv_idx), expand(full_num),
                                     expand(full_idx), BLOCK_SIZE=(bq, bkv), mask_mod=mask_mod,
@@ -348,6 +500,8 @@ def flex_attention_as_flash(q, k, v, *, score_mod=None, block_mask=None, scale=N
         causal = False
         half = max(skv // 2, 1)
         k, v = k.narrow(-2, 0, half), v.narrow(-2, 0, half)
+    from torch.nn.attention.flex_attention import AuxOutput
+
     out, lse = torch.ops.aten._scaled_dot_product_flash_attention(
         q, k, v, 0.0, causal, False, scale=scale)[:2]
     want_lse = return_aux is not None and getattr(return_aux, "lse", False)
