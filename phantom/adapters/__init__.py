@@ -20,6 +20,7 @@ ADAPTERS: dict[str, str] = {
     "transformers.masking_utils": "phantom.adapters.transformers:patch_masking_utils",
     **{name: "phantom.adapters.torchtitan:" + func
        for name, func in {
+           "torchtitan": "compat_torchtitan",
            "torchtitan.config.configs": "patch_configs",
            "torchtitan.trainer": "patch_trainer",
            "torchtitan.distributed.utils": "compat_distributed_utils",

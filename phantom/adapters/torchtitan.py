@@ -45,6 +45,8 @@ DATASET = ASSETS / "c4_tiny"
 
 # Patches a real (non-simulated) run on torch 2.11-2.13 needs too: module -> function here.
 COMPAT_PATCHES = {
+    "torchtitan": "compat_torchtitan",
+    "torchtitan.models.common.attention": "compat_attention",
     "torchtitan.config.configs": "compat_configs",
     "torchtitan.distributed.utils": "compat_distributed_utils",
     "torchtitan.distributed.pipeline_parallel": "compat_pipeline_parallel",
@@ -381,16 +383,57 @@ def patch_token_dispatcher(module: ModuleType) -> None:
 # -- torch version compatibility (needed on a real GPU as well: bench/torchtitan.py real) --
 
 def apply_torch_compat() -> None:
-    """torchtitan 0.3.0 is written against a newer torch than 2.11-2.13.
+    """torch APIs torchtitan 0.3.0 uses that torch 2.11-2.13 lack, found by running it on
+    2.13 and by checking its imports and `torch.*` references against torch 2.11's sources:
 
+    - torchtitan/distributed/fsdp.py and full_dtensor.py import
+      `torch.distributed.fsdp.DataParallelMeshDims` at module level (torch >= 2.12); it is
+      only passed to fully_shard on the spmd_types/full_dtensor backends, so on older torch
+      a stand-in class lets the modules import (the partial_dtensor backend never uses it).
     - torchtitan/distributed/utils.py `set_pg_timeouts` calls `torch.distributed.set_timeout`,
-      which torch <= 2.13 only has as the private `_set_pg_timeout` (same signature)."""
+      which torch <= 2.13 only has as the private `_set_pg_timeout` (same signature).
+    - models/common/token_dispatcher.py (expert parallelism) calls
+      `torch.compiler._is_non_strict_tracing()` (torch >= 2.12): never tracing here."""
     import torch.distributed as dist
 
     if not hasattr(dist, "set_timeout"):
         from torch.distributed.distributed_c10d import _set_pg_timeout
 
         dist.set_timeout = _set_pg_timeout
+    import torch.distributed.fsdp as fsdp
+
+    if not hasattr(fsdp, "DataParallelMeshDims"):
+        class DataParallelMeshDims:  # noqa: D401 - a name to import, never instantiated here
+            """Stand-in for torch >= 2.12's fully_shard mesh-dimension spec."""
+
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                raise SimulationError("phantom: DataParallelMeshDims needs torch >= 2.12; "
+                                      "use --parallelism.spmd_backend partial_dtensor")
+
+        fsdp.DataParallelMeshDims = DataParallelMeshDims
+    if not hasattr(torch.compiler, "_is_non_strict_tracing"):
+        torch.compiler._is_non_strict_tracing = lambda: False
+
+
+def compat_torchtitan(module: ModuleType) -> None:
+    """The torchtitan package: runs before any of its submodules imports torch APIs."""
+    apply_torch_compat()
+
+
+def compat_attention(module: ModuleType) -> None:
+    """torchtitan/models/common/decoder.py builds FlexAttention masks with
+    `create_attention_mask(..., separate_full_blocks=True)`; torch 2.11's create_block_mask
+    has no such argument (it always separates full blocks, the same mask). Dropped there."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if "separate_full_blocks" in inspect.signature(create_block_mask).parameters:
+        return
+    original = module.create_attention_mask
+
+    def create_attention_mask(*args, separate_full_blocks=True, **kwargs):
+        return original(*args, **kwargs)
+
+    module.create_attention_mask = create_attention_mask
 
 
 def compat_distributed_utils(module: ModuleType) -> None:
@@ -404,7 +447,8 @@ def compat_pipeline_step() -> None:
     2.11-2.13's `step(*args, target=..., **kwargs)` takes the whole batch and would treat
     those names as model kwargs ("Expecting 8 arg_mbs but got 1"). Pre-split microbatches
     are passed to the schedule's own `_step_microbatches`, with the per-step stage set-up
-    `step` does first."""
+    `step` does first; torch 2.11's `_step_microbatches` has no `loss_kwargs` either, so
+    there they are bound to the loss function for the step."""
     from torch.distributed.pipelining import schedules
 
     if "arg_mbs" in inspect.signature(schedules.PipelineScheduleSingle.step).parameters:
@@ -426,8 +470,16 @@ def _microbatch_step(original):
         for stage in stages:
             stage.has_backward = self._has_backward
             stage.clear_runtime_states()
-        self._step_microbatches(arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs,
-                                loss_kwargs=loss_kwargs)
+        if "loss_kwargs" in inspect.signature(self._step_microbatches).parameters:
+            self._step_microbatches(arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs,
+                                    loss_kwargs=loss_kwargs)
+        else:  # torch 2.11: no loss_kwargs; bind them to the loss function for this step
+            loss_fn = self._loss_fn
+            self._loss_fn = lambda output, target: loss_fn(output, target, **(loss_kwargs or {}))
+            try:
+                self._step_microbatches(arg_mbs, kwarg_mbs, target_mbs, losses, return_outputs)
+            finally:
+                self._loss_fn = loss_fn
         for stage in stages:
             if stage.is_last and return_outputs:
                 return self._merge_outputs(stage.output_chunks)
@@ -509,6 +561,11 @@ def flex_attention_as_flash(q, k, v, *, score_mod=None, block_mask=None, scale=N
 
 
 def patch_attention(module: ModuleType) -> None:
+    compat_attention(module)
+    _simulated_attention(module)
+
+
+def _simulated_attention(module: ModuleType) -> None:
     """torchtitan/models/common/attention.py: the Llama3/Qwen3 attention is FlexAttention
     with a block-causal mask, both run through torch.compile on a real GPU.
 
