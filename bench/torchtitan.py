@@ -45,14 +45,15 @@ STEP_RE = re.compile(r"step:\s*(\d+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\).*?tps:
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 OOM_RE = re.compile(r"OutOfMemoryError|CUDA out of memory")
 
-# Runtime dependencies of torchtitan 0.3.0 that the trainer imports, beyond torch and what a
-# CUDA torch install brings (numpy, typing-extensions, jinja2, ...). Versions: those this
-# repository's simulated runs used. `datasets` and TensorBoard are replaced by stand-ins when
-# missing (bench/torchtitan_entry.py), which keeps pyarrow, pandas and aiohttp out.
-WHEEL_SPECS = ["torchtitan==0.3.0", "tyro==1.0.17", "docstring-parser", "typeguard", "rich",
-               "pygments", "markdown-it-py", "mdurl", "spmd-types==0.2.3", "torchdata==0.11.0",
-               "tokenizers==0.23.3", "pyyaml", "requests", "urllib3", "certifi", "idna",
-               "charset-normalizer", "filelock", "tqdm", "packaging"]
+# What torchtitan 0.3.0's trainer imports beyond torch and what a torch install brings (numpy,
+# typing-extensions, jinja2, ...): found by running bench/torchtitan_entry.py under phantom in a
+# fresh environment holding only these. All are pure Python or abi3 wheels (any Python >= 3.10).
+# Versions: those this repository's simulated runs used. `datasets` and TensorBoard are replaced
+# by stand-ins when missing (bench/torchtitan_entry.py), which keeps pyarrow, pandas, aiohttp,
+# protobuf and grpc out.
+WHEEL_SPECS = ["torchtitan==0.3.0", "tyro==1.0.17", "docstring-parser==0.18.0", "typeguard==4.6.0",
+               "rich==15.0.0", "pygments==2.21.0", "markdown-it-py==4.3.0", "mdurl==0.1.2",
+               "spmd-types==0.2.3", "torchdata==0.11.0", "tokenizers==0.23.3"]
 
 
 @dataclass
@@ -280,12 +281,12 @@ def install_wheels() -> None:
                            capture_output=True, text=True)
     if probe.returncode == 0:
         return
-    wheels = sorted(str(p) for p in WHEELS.glob("*.whl"))
-    if not wheels:
+    if not list(WHEELS.glob("*.whl")):
         raise SystemExit(f"torchtitan is not installed and {WHEELS} holds no wheels: run "
                          "`python bench/torchtitan.py wheels` on a machine with network first\n"
                          + probe.stderr[-2000:])
-    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", *wheels]
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--find-links",
+           str(WHEELS), *WHEEL_SPECS]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
 
@@ -294,9 +295,8 @@ def cmd_wheels(args: argparse.Namespace) -> None:
     dest = Path(args.dest)
     dest.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-           "--python-version", args.python, "--platform", "manylinux_2_28_x86_64",
-           "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-           "-d", str(dest), *WHEEL_SPECS]
+           "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+           "--platform", "manylinux_2_17_x86_64", "-d", str(dest), *WHEEL_SPECS]
     print("$", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     size = sum(p.stat().st_size for p in dest.glob("*.whl"))
@@ -382,7 +382,6 @@ def main() -> None:
     q.add_argument("--log")
     w = sub.add_parser("wheels")
     w.add_argument("--dest", default=str(WHEELS))
-    w.add_argument("--python", default="3.11", help="Python version of the GPU machine")
     for name in ("real", "sim"):
         q = sub.add_parser(name)
         q.add_argument("--configs", help="comma-separated config names (default: all)")
