@@ -7,6 +7,8 @@ numbers and against real runs.
     python bench/torchtitan.py real --out bench/data/torchtitan_real_h200x2.json     # on the 2-GPU machine
     python bench/torchtitan.py sim --gpu H200 --real bench/data/torchtitan_real_h200x2.json \\
         --out bench/data/torchtitan_sim_h200x2
+    python bench/torchtitan.py compare --sim bench/data/torchtitan_sim_h200x2.json \\
+        --real bench/data/torchtitan_real_h200x2.json --out bench/data/torchtitan_sim_h200x2
 
 `published` simulates the rows torchtitan published (../shared/reference/public-ground-truth.md):
 Llama 3.1 8B with FSDP on 8 and 128 H100 (benchmarks/llama3_h100_202412_torchtitan.md) and
@@ -328,6 +330,14 @@ def cmd_sim(args: argparse.Namespace) -> None:
         write_sim(args.out, rows, real, args.gpu)
 
 
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Re-write the sim table against a real run, without simulating again."""
+    sim = json.loads(Path(args.sim).read_text())
+    real = {r["name"]: r for r in json.loads(Path(args.real).read_text())["results"]}
+    write_sim(args.out, sim["results"], real, sim["gpu"])
+    print(Path(args.out + ".md").read_text())
+
+
 def write_sim(out: str, rows: list[dict], real: dict, gpu: str) -> None:
     write_json(out + ".json", {"gpu": gpu, "results": rows})
     lines = [f"# TorchTitan on 2 x {gpu}: real vs phantom", "",
@@ -393,9 +403,13 @@ def main() -> None:
             q.add_argument("--gpu", default="H200")
             q.add_argument("--real", help="the real run's JSON, to compare with")
             q.add_argument("--phantom")
+    q = sub.add_parser("compare", help="the sim table against a real run, from saved JSON")
+    q.add_argument("--sim", required=True, help="the sim run's JSON")
+    q.add_argument("--real", required=True)
+    q.add_argument("--out", required=True)
     args = p.parse_args()
     {"list": cmd_list, "published": cmd_published, "wheels": cmd_wheels, "real": cmd_real,
-     "sim": cmd_sim}[args.cmd](args)
+     "sim": cmd_sim, "compare": cmd_compare}[args.cmd](args)
 
 
 if __name__ == "__main__":
