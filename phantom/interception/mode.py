@@ -129,12 +129,18 @@ class PhantomMode(FakeTensorMode):
             from phantom.distributed import ops as collective_ops
 
             return collective_ops.handle(self, func, types, args, kwargs)
+        if _has_subclass_arg(types):
+            # A tensor subclass (DTensor) handles the op itself, with this mode still active:
+            # its local ops come back here on fake tensors and are charged then, and whatever
+            # it creates on the device (DTensor's RNG tracker copying the RNG state to CUDA)
+            # is simulated too. Charging here as well would count the op twice, the second
+            # time at the subclass's global shapes (fused AdamW under FSDP2, whose step
+            # counters are plain tensors next to DTensor parameters). Reaching this handler
+            # is dispatch overhead a real run does not pay, as for any handler entry.
+            sim.begin_op(dispatched=True)
+            sim.end_op()
+            return NotImplemented
         if not _touches_cuda(args, kwargs):
-            if _has_subclass_arg(types):
-                # A tensor subclass (DTensor) handles the op itself, with this mode still
-                # active, so whatever it creates on the device (e.g. DTensor's RNG tracker
-                # copying the RNG state to CUDA) is simulated too.
-                return NotImplemented
             sim.begin_op(dispatched=True)  # the real op's own run time stays the user's
             if func in _PINNED_MEMORY_OPS:
                 return _PINNED_MEMORY_OPS[func](args)
