@@ -287,3 +287,29 @@ def test_storage_resize_frees_and_reallocates(run_script):
     """, "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["256", "0", "128", "0"]
+
+
+def test_an_optimizer_stepping_others_marks_one_iteration(run_script):
+    """An Optimizer subclass whose step() steps one optimizer per model part (torchtitan's
+    OptimizersContainer) marks one iteration per step, not one per optimizer."""
+    proc, report = run_script(
+        """
+        import torch
+        from torch.optim import Optimizer
+        parts = [torch.nn.Linear(64, 64, device="cuda") for _ in range(3)]
+        class Container(Optimizer):
+            def __init__(self):
+                self.optimizers = [torch.optim.AdamW(p.parameters()) for p in parts]
+                super().__init__([q for p in parts for q in p.parameters()], {})
+            def step(self, closure=None):
+                for o in self.optimizers:
+                    o.step()
+        opt = Container()
+        for _ in range(4):
+            sum(p(torch.randn(8, 64, device="cuda")).sum() for p in parts).backward()
+            opt.step()
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert report["iterations"]["count"] == 4

@@ -207,3 +207,47 @@ def test_interrupt_stops_every_rank(tmp_path):
     while rank_pids() and time.time() < deadline:
         time.sleep(0.2)
     assert rank_pids() == []
+
+
+DTENSOR_OPTIMIZER = """
+import os, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import init_device_mesh
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+mesh = init_device_mesh("cuda", (2,), mesh_dim_names=("fsdp",))
+with torch.device("meta"):
+    m = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096, bias=False) for _ in range(4)])
+for layer in m:
+    fully_shard(layer, mesh=mesh)
+fully_shard(m, mesh=mesh)
+m.to_empty(device="cuda")
+for p in m.parameters():
+    torch.nn.init.normal_(p)  # a random op on a DTensor: DTensor's RNG tracker copies state to CUDA
+opt = torch.optim.AdamW(m.parameters(), fused=True)
+m(torch.randn(8, 4096, device="cuda")).sum().backward()
+gib = lambda k: torch.cuda.memory_stats()[k] / 2**30
+torch.cuda.reset_peak_memory_stats()
+before = gib("allocated_bytes.all.current")
+opt.step()  # creates the sharded exp_avg / exp_avg_sq
+print(f"rank{dist.get_rank()} before={before:.3f} after={gib('allocated_bytes.all.current'):.3f} "
+      f"peak={gib('allocated_bytes.all.peak'):.3f}")
+dist.destroy_process_group()
+"""
+
+
+def test_dtensor_random_init_and_first_fused_adamw_step(tmp_path):
+    """DTensor ops run with phantom's mode active (its RNG tracker can copy state to the
+    simulated GPU), and DTensor's global-shape propagation is not simulated as device work:
+    the first fused AdamW step allocates the sharded states only (0.25 GiB per rank), not
+    global-size temporaries."""
+    proc = _run(tmp_path, DTENSOR_OPTIMIZER, "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = re.search(r"rank0 before=([\d.]+) after=([\d.]+) peak=([\d.]+)", proc.stdout)
+    assert m, proc.stdout
+    before, after, peak = map(float, m.groups())
+    shard = 4 * 4096 * 4096 * 4 / 2 / 2**30  # 0.125 GiB of fp32 parameters per rank
+    workspace = 32 / 1024  # cuBLAS workspace, 32 MiB
+    assert before == pytest.approx(2 * shard + workspace, abs=0.01)  # parameters + gradients
+    assert after == pytest.approx(4 * shard + workspace, abs=0.01)  # + exp_avg + exp_avg_sq
+    assert peak < after + 0.05

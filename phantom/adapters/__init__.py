@@ -18,6 +18,28 @@ from typing import Callable
 ADAPTERS: dict[str, str] = {
     "transformers.utils.import_utils": "phantom.adapters.transformers:patch_import_utils",
     "transformers.masking_utils": "phantom.adapters.transformers:patch_masking_utils",
+    **{name: "phantom.adapters.torchtitan:" + func
+       for name, func in {
+           "torchtitan": "compat_torchtitan",
+           "torchtitan.config.configs": "patch_configs",
+           "torchtitan.trainer": "patch_trainer",
+           "torchtitan.distributed.utils": "compat_distributed_utils",
+           "torchtitan.distributed.pipeline_parallel": "compat_pipeline_parallel",
+           "torchtitan.components.tokenizer": "patch_tokenizer",
+           "torchtitan.hf_datasets.text_datasets": "patch_text_datasets",
+           "torchtitan.models.common.attention": "patch_attention",
+           "torchtitan.models.common.token_dispatcher": "patch_token_dispatcher",
+           "torchtitan.distributed.compile": "patch_compile",
+           "torchtitan.components.quantization": "patch_quantization",
+       }.items()},
+}
+# module name -> context manager (a function of no arguments) entered while that module's
+# own code runs: for a module whose import needs a stand-in under simulation.
+AROUND_IMPORT: dict[str, str] = {
+    **{name: "phantom.adapters.torchtitan:triton_stand_in"
+       for name in ("torchtitan.distributed.minimal_async_ep.kernels",
+                    "torchtitan.overrides.fused_swiglu", "torchtitan.overrides.fused_mla")},
+    "torchtitan.models.common.attention": "phantom.adapters.torchtitan:quiet_module_compile",
 }
 
 
@@ -27,22 +49,34 @@ def _resolve(target: str) -> Callable[[ModuleType], None]:
 
 
 class _PatchingLoader(importlib.abc.Loader):
-    def __init__(self, loader: importlib.abc.Loader, patch: str) -> None:
+    def __init__(self, loader: importlib.abc.Loader, patch: str | None,
+                 around: str | None) -> None:
         self._loader = loader
         self._patch = patch
+        self._around = around
 
     def create_module(self, spec):
         return self._loader.create_module(spec)
 
     def exec_module(self, module: ModuleType) -> None:
-        self._loader.exec_module(module)
-        _resolve(self._patch)(module)
+        if self._around is not None:
+            with _resolve(self._around)():
+                self._loader.exec_module(module)
+        else:
+            self._loader.exec_module(module)
+        if self._patch is not None:
+            _resolve(self._patch)(module)
 
 
 class _AdapterFinder(importlib.abc.MetaPathFinder):
+    def __init__(self, patches: dict[str, str], around: dict[str, str]) -> None:
+        self._patches = patches
+        self._around = around
+
     def find_spec(self, fullname, path, target=None):
-        patch = ADAPTERS.get(fullname)
-        if patch is None:
+        patch = self._patches.get(fullname)
+        around = self._around.get(fullname)
+        if patch is None and around is None:
             return None
         sys.meta_path.remove(self)  # find the real spec without recursing into ourselves
         try:
@@ -51,12 +85,15 @@ class _AdapterFinder(importlib.abc.MetaPathFinder):
             sys.meta_path.insert(0, self)
         if spec is None or spec.loader is None:
             return None
-        spec.loader = _PatchingLoader(spec.loader, patch)
+        spec.loader = _PatchingLoader(spec.loader, patch, around)
         return spec
 
 
-def install() -> None:
-    for name, patch in ADAPTERS.items():  # already imported (e.g. by a sitecustomize)
+def install(patches: dict[str, str] | None = None, around: dict[str, str] | None = None) -> None:
+    """Apply the adapters (by default all of them) to modules imported from now on."""
+    patches = ADAPTERS if patches is None else patches
+    around = AROUND_IMPORT if around is None else around
+    for name, patch in patches.items():  # already imported (e.g. by a sitecustomize)
         if name in sys.modules:
             _resolve(patch)(sys.modules[name])
-    sys.meta_path.insert(0, _AdapterFinder())
+    sys.meta_path.insert(0, _AdapterFinder(patches, around))

@@ -115,6 +115,27 @@ _PRESETS: dict[str, GPUSpec] = {
         l2_cache_bytes=40 * 1024**2,
         tdp_watts=400,
     ),
+    # The H100 of Meta's Grand Teton hosts that torchtitan's published H100 numbers come from
+    # (torchtitan benchmarks/llama3_h100_202412_torchtitan.md): 96 GB HBM2e at 2.4 TB/s, run
+    # at a 500 W power limit. That file says its peak is "between SXM and NVL" (989 and 835
+    # TFLOP/s dense bf16) and unknown; the midpoint, 912, is taken (an assumption, +-8%).
+    # Memory: 96 GiB less what the driver keeps on the 80 GB part (0.88 GB), an estimate.
+    "H100-96GB": GPUSpec(
+        name="H100-96GB",
+        device_name="NVIDIA H100 96GB HBM2e",
+        memory_bytes=102_197_362_688,
+        bf16_tflops=912.0,
+        fp16_tflops=912.0,
+        fp32_tflops=61.7,
+        tf32_tflops=456.0,
+        fp8_tflops=1824.0,
+        hbm_gbps=2400.0,
+        sm_count=132,
+        compute_capability=(9, 0),
+        nvlink_gbps=450.0,
+        l2_cache_bytes=50 * 1024**2,
+        tdp_watts=500,
+    ),
 }
 
 

@@ -83,6 +83,14 @@ def _touches_cuda(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter, FakeTensor)
+
+
+def _has_subclass_arg(types: Any) -> bool:
+    """True if an argument is a tensor subclass other than FakeTensor (e.g. DTensor)."""
+    return any(t not in _PLAIN_TYPES and not issubclass(t, FakeTensor) for t in types)
+
+
 def _share_higher_order_op_rules(cls: type) -> None:
     """Higher-order ops register their fake rules on the exact FakeTensorMode class; a
     subclass would miss them (e.g. DTensor's run_dtensor_rng_op), so share the rules."""
@@ -121,6 +129,17 @@ class PhantomMode(FakeTensorMode):
             from phantom.distributed import ops as collective_ops
 
             return collective_ops.handle(self, func, types, args, kwargs)
+        if _has_subclass_arg(types):
+            # A tensor subclass (DTensor) handles the op itself, with this mode still active:
+            # its local ops come back here on fake tensors and are charged then, and whatever
+            # it creates on the device (DTensor's RNG tracker copying the RNG state to CUDA)
+            # is simulated too. Charging here as well would count the op twice, the second
+            # time at the subclass's global shapes (fused AdamW under FSDP2, whose step
+            # counters are plain tensors next to DTensor parameters). Reaching this handler
+            # is dispatch overhead a real run does not pay, as for any handler entry.
+            sim.begin_op(dispatched=True)
+            sim.end_op()
+            return NotImplemented
         if not _touches_cuda(args, kwargs):
             sim.begin_op(dispatched=True)  # the real op's own run time stays the user's
             if func in _PINNED_MEMORY_OPS:

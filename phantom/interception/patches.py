@@ -77,11 +77,30 @@ def _patch_compile() -> None:
 
 
 def _patch_optimizer_steps(sim: "Simulation") -> None:
-    """Optimizer steps mark iterations: every training loop calls one per iteration. (The
-    optimizer goes along: a run that records tags its parameters, gradients and state.)"""
-    from torch.optim.optimizer import register_optimizer_step_post_hook
+    """Optimizer steps mark iterations: every training loop calls one per iteration. An
+    optimizer that steps others inside its own step (an Optimizer subclass holding one
+    optimizer per model part, as torchtitan's OptimizersContainer) marks one iteration.
+    (The optimizers go along: a run that records tags their parameters, gradients and
+    state; the inner ones hold the state.)"""
+    from torch.optim.optimizer import (
+        register_optimizer_step_post_hook,
+        register_optimizer_step_pre_hook,
+    )
 
-    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: sim.mark_iteration(optimizer))
+    depth = [0]
+
+    def pre(optimizer, args, kwargs) -> None:
+        depth[0] += 1
+
+    def post(optimizer, args, kwargs) -> None:
+        depth[0] = max(0, depth[0] - 1)
+        if depth[0] == 0:
+            sim.mark_iteration(optimizer)
+        elif sim.recorder is not None:
+            sim.recorder.tag_optimizer(optimizer)
+
+    register_optimizer_step_pre_hook(pre)
+    register_optimizer_step_post_hook(post)
 
 
 def _patch_storage_resize(sim: "Simulation") -> None:
@@ -97,8 +116,34 @@ def _patch_storage_resize(sim: "Simulation") -> None:
     torch.UntypedStorage.resize_ = resize_
 
 
+def _patch_dtensor_shape_propagation() -> None:
+    """DTensor computes an op's global output shape by running the op on global-shape fake
+    tensors under `detect_fake_mode() or FakeTensorMode()` (torch/distributed/tensor/
+    _sharding_prop.py `_propagate_tensor_meta_non_cached`). DTensor dispatch runs with
+    phantom's mode active (mode.py: subclass arguments), so detect_fake_mode would find
+    phantom's mode and that metadata computation would be simulated as device work: global-
+    size allocations (all of a model's optimizer states at the first fused AdamW step) and
+    kernel time a real run never spends. It runs under a plain FakeTensorMode instead, as
+    it does outside simulation."""
+    try:
+        from torch.distributed.tensor._sharding_prop import ShardingPropagator
+    except ImportError:  # torch built without distributed
+        return
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    original = ShardingPropagator._propagate_tensor_meta_non_cached
+
+    @functools.wraps(original)
+    def propagate(self, op_schema):
+        with unset_fake_temporarily():
+            return original(self, op_schema)
+
+    ShardingPropagator._propagate_tensor_meta_non_cached = propagate
+
+
 def install(sim: "Simulation") -> None:
     _patch_swap_tensors()
+    _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
     _patch_compile()
     _patch_optimizer_steps(sim)

@@ -1,0 +1,416 @@
+"""TorchTitan end-to-end benchmark: torchtitan 0.3.0's own trainer under phantom, against published
+numbers and against real runs.
+
+    python bench/torchtitan.py list
+    python bench/torchtitan.py published [--rows NAME,...] [--out bench/data/torchtitan_published]
+    python bench/torchtitan.py wheels                      # on a machine with network: bench/torchtitan_wheels/
+    python bench/torchtitan.py real --out bench/data/torchtitan_real_h200x2.json     # on the 2-GPU machine
+    python bench/torchtitan.py sim --gpu H200 --real bench/data/torchtitan_real_h200x2.json \\
+        --out bench/data/torchtitan_sim_h200x2
+    python bench/torchtitan.py compare --sim bench/data/torchtitan_sim_h200x2.json \\
+        --real bench/data/torchtitan_real_h200x2.json --out bench/data/torchtitan_sim_h200x2
+
+`published` simulates the rows torchtitan published (../shared/reference/public-ground-truth.md):
+Llama 3.1 8B with FSDP on 8 and 128 H100 (benchmarks/llama3_h100_202412_torchtitan.md) and
+Llama 2 13B/70B and Llama 3 8B/70B with FSDP on 64 A100 (docs/performance.md, April 2024), and
+writes `<out>.md` and `<out>.json`. Rows of 64 and more GPUs need `phantom run --ranks auto`
+(one process per class of equivalent ranks); without it they are reported as not run.
+
+`real` runs `torchrun --nproc-per-node 2 bench/torchtitan_entry.py` (torchtitan's trainer with
+phantom's torch-version patches only) for each 2-GPU config and records torchtitan's own step
+lines (tokens/s per GPU, memory). It needs torch with CUDA and torchtitan 0.3.0; without network,
+`bench/torchtitan_wheels/` (made by `wheels`) is installed with `pip install --no-deps --no-index`
+first. `sim` runs the same configs under `phantom run --nproc-per-node 2` and compares.
+Standard library only: the work happens in the subprocesses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collectives import environment, phantom_cmd, run_streaming, torchrun_cmd, write_json  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+WHEELS = REPO / "bench" / "torchtitan_wheels"
+ENTRY = "bench/torchtitan_entry.py"
+PRESETS = ["--module", "examples.torchtitan"]
+# torchtitan's step line: "step:  5  loss: ... memory: 81.47GiB(85.60%)  tps: 5,779  tflops: 334.68  mfu: 33.84%"
+STEP_RE = re.compile(r"step:\s*(\d+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\).*?tps:\s*([\d,]+)"
+                     r".*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+)%")
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+OOM_RE = re.compile(r"OutOfMemoryError|CUDA out of memory")
+
+# What torchtitan 0.3.0's trainer imports beyond torch and what a torch install brings (numpy,
+# typing-extensions, jinja2, ...): found by running bench/torchtitan_entry.py under phantom in a
+# fresh environment holding only these. All are pure Python or abi3 wheels (any Python >= 3.10).
+# Versions: those this repository's simulated runs used. `datasets` and TensorBoard are replaced
+# by stand-ins when missing (bench/torchtitan_entry.py), which keeps pyarrow, pandas, aiohttp,
+# protobuf and grpc out.
+WHEEL_SPECS = ["torchtitan==0.3.0", "tyro==1.0.17", "docstring-parser==0.18.0", "typeguard==4.6.0",
+               "rich==15.0.0", "pygments==2.21.0", "markdown-it-py==4.3.0", "mdurl==0.1.2",
+               "spmd-types==0.2.3", "torchdata==0.11.0", "tokenizers==0.23.3"]
+
+
+@dataclass
+class Row:
+    """One published number and the phantom command that reproduces it."""
+    name: str
+    source: str
+    model: str  # preset function in examples/torchtitan/config_registry.py
+    gpu: str
+    nodes: int
+    cluster: str | None  # phantom cluster preset for multi-node rows
+    local_batch: int
+    ac: str  # selective | full | none
+    tps: float | None  # published tokens/s/GPU; None: the row OOMs
+    mem_gib: float | None = None
+    mfu: float | None = None
+    seq_len: int | None = None  # None: the preset's
+    steps: int = 5
+    note: str = ""
+    extra: tuple[str, ...] = ()  # further torchtitan flags
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * 8
+
+    def torchtitan_args(self) -> list[str]:
+        a = [*PRESETS, "--config", self.model, "--training.local_batch_size", str(self.local_batch),
+             "--training.steps", str(self.steps)]
+        if self.seq_len:
+            a += ["--training.seq_len", str(self.seq_len)]
+        return a + list(self.extra) + [f"activation-checkpoint:{self.ac}"]
+
+    def phantom_args(self, ranks_auto: bool) -> list[str]:
+        a = ["run", "--gpu", self.gpu]
+        if self.nodes == 1:
+            a += ["--nproc-per-node", "8"]
+        else:
+            a += ["--cluster", self.cluster, "--nnodes", str(self.nodes)]
+        if ranks_auto and self.gpus > 8:
+            a += ["--ranks", "auto"]
+        return a + ["-m", "torchtitan.train"]
+
+
+H100_SRC = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Dec 2024), Tables 1 and 3"
+A100_SRC = "torchtitan docs/performance.md (April 2024), 64x A100 80GB, FSDP"
+ROWS = [
+    Row("8B-fsdp8-h100", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 5762, 82.4),
+    Row("8B-fsdp128-h100", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 5605, 67.0),
+    Row("llama2-13B-bs2-noac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "none", 2162, mfu=61.1),
+    Row("llama2-13B-bs2-sac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "selective", 1904, mfu=53.8),
+    Row("llama2-70B-bs1-sac-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 1, "selective", 355, mfu=50.8),
+    Row("llama2-70B-bs2-full-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 2, "full", 353, mfu=50.5),
+    Row("llama2-70B-bs2-sac-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 2, "selective", None,
+        note="published: OOM"),
+    Row("llama3-8B-bs1-sac-a100", A100_SRC, "llama3_8b", "A100", 8, "a100-ib", 1, "selective", 2973, mfu=58.2),
+    Row("llama3-70B-bs1-full-a100", A100_SRC, "llama3_70b", "A100", 8, "a100-ib", 1, "full", 331, mfu=51.7,
+        note="FSDP 64 only (the preset's TP 8 switched off)",
+        extra=("--parallelism.tensor_parallel_degree", "1")),
+]
+# Published rows torchtitan 0.3.0 cannot express: "selective layer" AC (every second block fully
+# checkpointed) is gone from 0.3.0, which has op-level selective AC only.
+NOT_EXPRESSIBLE = ["Llama2 13B bs2 selective layer (1914)", "Llama3 8B bs1 selective layer (2904)"]
+
+
+@dataclass
+class RealConfig:
+    """A 2-GPU config run for real and simulated (same torchtitan command line)."""
+    name: str
+    args: list[str]
+    ac: str  # selective | full | none (a tyro subcommand: it goes last)
+    steps: int = 12
+    skip: int = 4  # steps left out of the median: compile/autotune of FlexAttention, warm-up
+
+    def torchtitan_args(self) -> list[str]:
+        return [*PRESETS, *self.args, "--training.steps", str(self.steps),
+                f"activation-checkpoint:{self.ac}"]
+
+
+REAL = [
+    RealConfig("8B-fsdp2-bs1-sac", ["--config", "llama3_8b", "--training.local_batch_size", "1"],
+               "selective"),
+    RealConfig("8B-fsdp2-bs2-full", ["--config", "llama3_8b", "--training.local_batch_size", "2"],
+               "full"),
+    RealConfig("8B-tp2-bs1-full", ["--config", "llama3_8b", "--training.local_batch_size", "1",
+                                   "--parallelism.tensor_parallel_degree", "2",
+                                   "--parallelism.data_parallel_shard_degree", "1"], "full"),
+]
+
+
+# -- parsing ---------------------------------------------------------------------------------------
+
+@dataclass
+class Result:
+    rc: int
+    wall_s: float
+    steps: list[dict] = field(default_factory=list)
+    oom: bool = False
+    error: str = ""
+
+    def summary(self, skip: int) -> dict:
+        steady = [s for s in self.steps if s["step"] > skip] or self.steps[-1:]
+        if not steady:
+            return {}
+        return {"tps": statistics.median(s["tps"] for s in steady),
+                "mfu": statistics.median(s["mfu"] for s in steady),
+                "mem_gib": max(s["mem_gib"] for s in self.steps),
+                "steps_used": [s["step"] for s in steady]}
+
+
+def parse_steps(output: str) -> list[dict]:
+    steps = []
+    for line in ANSI_RE.sub("", output).splitlines():
+        if m := STEP_RE.search(line):
+            steps.append({"step": int(m.group(1)), "mem_gib": float(m.group(2)),
+                          "tps": float(m.group(4).replace(",", "")), "tflops": float(m.group(5)),
+                          "mfu": float(m.group(6))})
+    return steps
+
+
+def _echo_steps(line: str) -> None:
+    clean = ANSI_RE.sub("", line)
+    if STEP_RE.search(clean) or OOM_RE.search(clean) or clean.startswith("phantom:"):
+        print(clean, flush=True)
+
+
+def run(cmd: list[str], timeout: float, log: str | None) -> Result:
+    r = run_streaming(cmd, timeout, _echo_steps, log)
+    out = r.get("output", "")
+    res = Result(rc=r.get("rc", -1), wall_s=round(r.get("wall_s", 0.0), 1), steps=parse_steps(out),
+                 oom=bool(OOM_RE.search(out)))
+    if res.rc != 0 and not res.oom:
+        res.error = r.get("error") or "\n".join(out.splitlines()[-15:])
+    return res
+
+
+def pct(sim: float, ref: float) -> float:
+    return 100.0 * (sim - ref) / ref
+
+
+# -- published rows ----------------------------------------------------------------------------------
+
+def ranks_auto_available(phantom: list[str]) -> bool:
+    help_text = subprocess.run([*phantom, "run", "--help"], capture_output=True, text=True, cwd=REPO).stdout
+    return "--ranks" in help_text
+
+
+def cmd_published(args: argparse.Namespace) -> None:
+    phantom = phantom_cmd(args.phantom)
+    auto = ranks_auto_available(phantom)
+    wanted = set(args.rows.split(",")) if args.rows else None
+    results = []
+    for row in ROWS:
+        if wanted and row.name not in wanted:
+            continue
+        entry = {"row": asdict(row), "gpus": row.gpus}
+        if row.gpus > 8 and not auto:
+            entry["status"] = "not run (needs --ranks auto)"
+            results.append(entry)
+            continue
+        cmd = [*phantom, *row.phantom_args(auto), "--dump_folder", args.dump, *row.torchtitan_args()]
+        entry["command"] = " ".join(cmd)
+        res = run(cmd, args.timeout, args.log)
+        entry.update(rc=res.rc, wall_s=res.wall_s, steps=res.steps, oom=res.oom, error=res.error)
+        entry["sim"] = res.summary(skip=2)
+        if res.oom:
+            entry["status"] = "OOM"
+        elif res.rc != 0:
+            entry["status"] = "failed"
+        else:
+            entry["status"] = "ok"
+        results.append(entry)
+        write_published(args.out, results, auto)
+    write_published(args.out, results, auto)
+
+
+def write_published(out: str, results: list[dict], auto: bool) -> None:
+    write_json(out + ".json", {"rows": results, "ranks_auto": auto,
+                               "not_expressible": NOT_EXPRESSIBLE})
+    lines = ["# TorchTitan published rows under phantom", "",
+             "Sources: " + H100_SRC + "; " + A100_SRC + ". TPS = tokens/s per GPU; memory = "
+             "torchtitan's logged peak reserved memory (GiB). Simulated: median of steps 3+ of "
+             "torchtitan's own step lines.", "",
+             "| row | GPUs | GPU preset | published TPS | sim TPS | error | published mem | sim mem | "
+             "error | sim MFU | status | wall |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    errs, merrs = [], []
+    for e in results:
+        r, s = e["row"], e.get("sim") or {}
+        pub_tps = "OOM" if r["tps"] is None else f"{r['tps']:,.0f}"
+        sim_tps = f"{s['tps']:,.0f}" if s.get("tps") else ("OOM" if e.get("oom") else "-")
+        err = ""
+        if r["tps"] and s.get("tps") and e.get("status") == "ok":
+            err = f"{pct(s['tps'], r['tps']):+.1f}%"
+            errs.append(abs(pct(s["tps"], r["tps"])))
+        elif r["tps"] is None and e.get("status") in ("OOM", "ok"):
+            err = "OOM as published" if e["status"] == "OOM" else "no OOM (published: OOM)"
+        merr = ""
+        if r.get("mem_gib") and s.get("mem_gib"):
+            merr = f"{pct(s['mem_gib'], r['mem_gib']):+.1f}%"
+            merrs.append(abs(pct(s["mem_gib"], r["mem_gib"])))
+        lines.append(
+            f"| {r['name']} | {e['gpus']} | {r['gpu']} | {pub_tps} | {sim_tps} | {err} | "
+            f"{r.get('mem_gib') or '-'} | {s.get('mem_gib', '-')} | {merr} | "
+            f"{(str(s['mfu']) + '%') if s.get('mfu') else '-'} | {e.get('status')} | "
+            f"{e.get('wall_s', '-')} s |")
+    lines.append("")
+    if errs:
+        lines.append(f"TPS error over {len(errs)} rows run: mean {statistics.mean(errs):.1f}%, "
+                     f"max {max(errs):.1f}%.")
+    if merrs:
+        lines.append(f"Memory error: mean {statistics.mean(merrs):.1f}%, max {max(merrs):.1f}%.")
+    lines.append("Not expressible in torchtitan 0.3.0 (no layer-level selective AC): "
+                 + "; ".join(NOT_EXPRESSIBLE) + ".")
+    if not auto:
+        lines.append("Rows of more than 8 GPUs need `phantom run --ranks auto`, which this phantom "
+                     "does not offer yet.")
+    Path(out + ".md").write_text("\n".join(lines) + "\n")
+
+
+# -- real / sim on 2 GPUs ------------------------------------------------------------------------------
+
+def install_wheels() -> None:
+    """Install torchtitan and its light dependencies from bench/torchtitan_wheels/ if missing."""
+    probe = subprocess.run([sys.executable, "-c", "import torchtitan, tyro, spmd_types, torchdata, tokenizers"],
+                           capture_output=True, text=True)
+    if probe.returncode == 0:
+        return
+    if not list(WHEELS.glob("*.whl")):
+        raise SystemExit(f"torchtitan is not installed and {WHEELS} holds no wheels: run "
+                         "`python bench/torchtitan.py wheels` on a machine with network first\n"
+                         + probe.stderr[-2000:])
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--find-links",
+           str(WHEELS), *WHEEL_SPECS]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def cmd_wheels(args: argparse.Namespace) -> None:
+    dest = Path(args.dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
+           "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux2014_x86_64",
+           "--platform", "manylinux_2_17_x86_64", "-d", str(dest), *WHEEL_SPECS]
+    print("$", " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    size = sum(p.stat().st_size for p in dest.glob("*.whl"))
+    print(f"{len(list(dest.glob('*.whl')))} wheels, {size / 2**20:.1f} MiB in {dest}")
+
+
+def cmd_real(args: argparse.Namespace) -> None:
+    install_wheels()
+    meta = environment()
+    rows = []
+    for cfg in selected(args.configs):
+        cmd = [*torchrun_cmd(2), ENTRY, "--dump_folder", args.dump, *cfg.torchtitan_args()]
+        res = run(cmd, args.timeout, args.log)
+        rows.append({"name": cfg.name, "command": " ".join(cmd), **asdict(res),
+                     "summary": res.summary(cfg.skip)})
+        write_json(args.out, {"meta": meta, "results": rows})
+
+
+def cmd_sim(args: argparse.Namespace) -> None:
+    phantom = phantom_cmd(args.phantom)
+    real = {r["name"]: r for r in json.loads(Path(args.real).read_text())["results"]} if args.real else {}
+    rows = []
+    for cfg in selected(args.configs):
+        cmd = [*phantom, "run", "--nproc-per-node", "2", "--gpu", args.gpu, "-m", "torchtitan.train",
+               "--dump_folder", args.dump, *cfg.torchtitan_args()]
+        res = run(cmd, args.timeout, args.log)
+        rows.append({"name": cfg.name, "command": " ".join(cmd), **asdict(res),
+                     "summary": res.summary(cfg.skip)})
+        write_sim(args.out, rows, real, args.gpu)
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Re-write the sim table against a real run, without simulating again."""
+    sim = json.loads(Path(args.sim).read_text())
+    real = {r["name"]: r for r in json.loads(Path(args.real).read_text())["results"]}
+    write_sim(args.out, sim["results"], real, sim["gpu"])
+    print(Path(args.out + ".md").read_text())
+
+
+def write_sim(out: str, rows: list[dict], real: dict, gpu: str) -> None:
+    write_json(out + ".json", {"gpu": gpu, "results": rows})
+    lines = [f"# TorchTitan on 2 x {gpu}: real vs phantom", "",
+             "| config | real TPS | sim TPS | error | real mem GiB | sim mem GiB | error | sim wall |",
+             "|---|---|---|---|---|---|---|---|"]
+    errs = []
+    for r in rows:
+        s, ref = r["summary"], (real.get(r["name"]) or {}).get("summary") or {}
+        e = m = ""
+        if s.get("tps") and ref.get("tps"):
+            e = f"{pct(s['tps'], ref['tps']):+.1f}%"
+            errs.append(abs(pct(s["tps"], ref["tps"])))
+        if s.get("mem_gib") and ref.get("mem_gib"):
+            m = f"{pct(s['mem_gib'], ref['mem_gib']):+.1f}%"
+        lines.append(f"| {r['name']} | {ref.get('tps', '-')} | {s.get('tps', '-')} | {e} | "
+                     f"{ref.get('mem_gib', '-')} | {s.get('mem_gib', '-')} | {m} | {r['wall_s']} s |")
+    if errs:
+        lines += ["", f"TPS error: mean {statistics.mean(errs):.1f}%, max {max(errs):.1f}%."]
+    Path(out + ".md").write_text("\n".join(lines) + "\n")
+
+
+def selected(names: str | None) -> list[RealConfig]:
+    if not names:
+        return REAL
+    wanted = names.split(",")
+    unknown = set(wanted) - {c.name for c in REAL}
+    if unknown:
+        raise SystemExit(f"unknown configs {sorted(unknown)}; see `list`")
+    return [c for c in REAL if c.name in wanted]
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    print("published rows:")
+    for r in ROWS:
+        print(f"  {r.name:28} {r.gpus:4d} x {r.gpu:10} {'OOM' if r.tps is None else r.tps:>6}  "
+              f"{' '.join(r.torchtitan_args())}")
+    print("2-GPU real/sim configs:")
+    for c in REAL:
+        print(f"  {c.name:28} {' '.join(c.torchtitan_args())}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    q = sub.add_parser("published")
+    q.add_argument("--rows", help="comma-separated row names (default: all)")
+    q.add_argument("--out", default="bench/data/torchtitan_published")
+    q.add_argument("--timeout", type=float, default=3600)
+    q.add_argument("--phantom", help="command that runs phantom (default: `phantom`)")
+    q.add_argument("--dump", default="/tmp/torchtitan_bench")
+    q.add_argument("--log")
+    w = sub.add_parser("wheels")
+    w.add_argument("--dest", default=str(WHEELS))
+    for name in ("real", "sim"):
+        q = sub.add_parser(name)
+        q.add_argument("--configs", help="comma-separated config names (default: all)")
+        q.add_argument("--out", required=True)
+        q.add_argument("--timeout", type=float, default=1800)
+        q.add_argument("--dump", default="/tmp/torchtitan_bench")
+        q.add_argument("--log")
+        if name == "sim":
+            q.add_argument("--gpu", default="H200")
+            q.add_argument("--real", help="the real run's JSON, to compare with")
+            q.add_argument("--phantom")
+    q = sub.add_parser("compare", help="the sim table against a real run, from saved JSON")
+    q.add_argument("--sim", required=True, help="the sim run's JSON")
+    q.add_argument("--real", required=True)
+    q.add_argument("--out", required=True)
+    args = p.parse_args()
+    {"list": cmd_list, "published": cmd_published, "wheels": cmd_wheels, "real": cmd_real,
+     "sim": cmd_sim, "compare": cmd_compare}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
