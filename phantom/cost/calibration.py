@@ -14,7 +14,8 @@ over unchanged (launch latency is a property of the driver/front-end, similar ac
 parts); the bytes-in-flight scale b_sat of every memory curve scales with HBM bandwidth (Little's
 law: bytes in flight needed to saturate = bandwidth x latency) and sat_blocks with the SM count;
 SM count and peaks come from the GPUSpec at estimate time. A source of the same compute-capability major is preferred; across
-architectures the `ARCH_OVERRIDES` (public measurements) are applied on top.
+architectures the `ARCH_OVERRIDES` (public measurements) are applied on top, and the GEMM
+residuals (corrections measured on one architecture's cuBLAS kernels) are dropped.
 """
 from __future__ import annotations
 

@@ -6,7 +6,10 @@ time = floor + max(flops / (peak(dtype) * eff_compute(class, shape)),
 The efficiency curves are physics-shaped (wave quantisation over SMs, pipeline fill along K or
 the sequence, Little's-law bandwidth saturation) with constants fitted to kernel times measured
 on real GPUs (calibration.py holds them, calibrate.py fits them). The pure `*_time_ns` functions
-below are shared with the fitter so that the fit and the estimate use one formula.
+below are shared with the fitter so that the fit and the estimate use one formula. GEMMs then
+take a measured correction: the sweep rows' residuals against the curve, interpolated in
+log2(batch*M, N, K) (`gemm_residual`, GemmResiduals), so a shape between grid points inherits
+what its neighbours measured beyond the physics terms, and a shape far from any keeps the curve.
 
 Hot path: `RooflineCostModel.estimate` memoises by a signature of the arguments (shapes, strides,
 dtypes, devices, ints/bools/strings; floats only as zero/non-zero, since a learning rate or a
