@@ -2,18 +2,31 @@
 calibrated roofline (what `phantom run` uses on a database miss) vs timed on this machine's GPU.
 
     python bench/fallback_holdout.py --out $OUT/holdout_H100.json     # on the GPU machine
+    python bench/fallback_holdout.py --sim bench/profile/results/holdout_H100.json \
+        --out bench/data/sim_holdout_h100.md                           # offline, any machine
 
 Each case is one aten call, captured under a dispatch mode while it runs on real CUDA tensors;
 the same call is then estimated on meta tensors of the same shapes, strides and dtypes. Timing
 is phantom profile's (CUDA-graph replay of rotated random inputs, median). Targets (issue 3):
 median |error| GEMM <= 10%, attention <= 15%, memory-bound <= 15%.
+
+`--sim REAL.json` re-predicts the stored real rows with the current model on meta tensors (no
+GPU): the same cases, the same aten ops (SDPA calls the backend op the real run recorded).
+
+Hold-out discipline: the fallback is fitted only on the kernel sweep (`bench/kernels/measure.py`'s
+grid, `phantom/cost/calibrate.py`); no case here may sit on that grid. `--sim` checks that no
+GEMM case's (op, batch, M, N, K) equals a sweep row the calibration was fitted on, and refuses
+to report if one does.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import re
 import statistics
 import sys
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -26,10 +39,22 @@ from phantom.hardware import get_gpu
 
 BF16 = torch.bfloat16
 TARGETS = {"gemm": 0.10, "attention": 0.15, "memory": 0.15}
+DEVICE = ["cuda"]  # "meta" in --sim mode
 
 
 def r(*shape: int, dtype: torch.dtype = BF16) -> torch.Tensor:
+    if DEVICE[0] == "meta":
+        return torch.empty(shape, device="meta", dtype=dtype)
     return torch.randn(shape, device="cuda", dtype=torch.float32).to(dtype)
+
+
+def gemm_dims(label: str) -> tuple[str, int, int, int, int] | None:
+    """(op, batch, M, N, K) of a GEMM case label ("mm MxNxK ..." or "bmm BxMxNxK")."""
+    m = re.match(r"(mm|bmm) (\d+)x(\d+)x(\d+)(?:x(\d+))?", label)
+    if m is None:
+        return None
+    nums = [int(x) for x in m.groups()[1:] if x is not None]
+    return (m.group(1), *nums) if m.group(1) == "bmm" else (m.group(1), 1, *nums)
 
 
 def cases() -> list[tuple[str, str, Callable[[], Any], Callable[[Any], Any]]]:
@@ -87,7 +112,8 @@ def predict(model: RooflineCostModel, fn: Callable, bufs: Any) -> tuple[float, s
     cap = _Capture()
     with cap:
         fn(bufs)
-    torch.cuda.synchronize()
+    if DEVICE[0] == "cuda":
+        torch.cuda.synchronize()
     total, names = 0.0, []
     for func, args, kwargs in cap.calls:
         margs, mkw = _to_meta(args), {k: _to_meta(v) for k, v in kwargs.items()}
@@ -100,8 +126,11 @@ def predict(model: RooflineCostModel, fn: Callable, bufs: Any) -> tuple[float, s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", help="write rows and summary as JSON here")
+    ap.add_argument("--out", help="write rows and summary as JSON here (--sim: a markdown table)")
+    ap.add_argument("--sim", metavar="REAL_JSON", help="offline: re-predict the real rows stored in this file")
     args = ap.parse_args(argv)
+    if args.sim:
+        return simulate(args.sim, args.out)
     if not torch.cuda.is_available():
         print("needs a real NVIDIA GPU and a CUDA build of torch", file=sys.stderr)
         return 2
@@ -125,6 +154,14 @@ def main(argv: list[str] | None = None) -> int:
                      "err": err, "method": tm.method})
         print(f"{group:<10} {label:<40} real {tm.ns / 1e3:10.2f} us  pred {pred_ns / 1e3:10.2f} us  {100 * err:+6.1f}%",
               flush=True)
+    summary = summarise(rows)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"header": header, "rows": rows, "summary": summary}, f, indent=1)
+    return 0
+
+
+def summarise(rows: list[dict]) -> dict:
     summary = {}
     for group, target in TARGETS.items():
         errs = [abs(x["err"]) for x in rows if x["group"] == group]
@@ -134,9 +171,78 @@ def main(argv: list[str] | None = None) -> int:
                               "met": med <= target}
             print(f"{group:<10} n={len(errs):<3} median |err| {100 * med:5.1f}%  max {100 * max(errs):5.1f}%  "
                   f"target <= {100 * target:.0f}%  {'met' if med <= target else 'NOT met'}")
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"header": header, "rows": rows, "summary": summary}, f, indent=1)
+    return summary
+
+
+# SDPA on meta tensors would take the math path: call the fused backend op the real run recorded.
+_SDPA_BACKENDS: dict[str, Callable[[Any, bool], Any]] = {
+    "aten._scaled_dot_product_cudnn_attention.default":
+        lambda b, causal: torch.ops.aten._scaled_dot_product_cudnn_attention(*b, None, False, 0.0, causal, False),
+    "aten._scaled_dot_product_flash_attention.default":
+        lambda b, causal: torch.ops.aten._scaled_dot_product_flash_attention(*b, 0.0, causal),
+    "aten._scaled_dot_product_efficient_attention.default":
+        lambda b, causal: torch.ops.aten._scaled_dot_product_efficient_attention(*b, None, False, 0.0, causal),
+}
+
+
+REPO = Path(__file__).resolve().parent.parent
+SWEEPS = ("bench/kernels/results/kernels_{gpu}.json", "bench/profile/results/kernels_{gpu}.json")
+
+
+def sweep_shapes(gpu: str) -> set[tuple[str, int, int, int, int]]:
+    """(op, batch, M, N, K) of every GEMM row of the kernel sweep (either timer) for `gpu`."""
+    out = set()
+    for src in SWEEPS:
+        path = REPO / src.format(gpu=gpu)
+        if not path.exists():
+            continue
+        for row in json.loads(path.read_text())["rows"]:
+            if row["class"] == "gemm":
+                p = row["params"]
+                out.add((row["op"], p.get("batch", 1), p["M"], p["N"], p["K"]))
+    return out
+
+
+def simulate(real_path: str, out: str | None) -> int:
+    """Re-predict stored real rows with the current model, on meta tensors (no GPU needed)."""
+    real = json.loads(Path(real_path).read_text())
+    gpu = real["header"]["gpu"]
+    DEVICE[0] = "meta"
+    model = RooflineCostModel(get_gpu(gpu))
+    by_label = {label: (group, make, fn) for group, label, make, fn in cases()}
+    grid = sweep_shapes(gpu)
+    leaks = [x["case"] for x in real["rows"] if x["group"] == "gemm" and gemm_dims(x["case"]) in grid]
+    if not grid:
+        print("  ! the calibration names no sweep file: cannot check the hold-out for leakage", file=sys.stderr)
+    if leaks:
+        print(f"hold-out leak: GEMM cases on the calibration's sweep grid: {leaks}", file=sys.stderr)
+        return 1
+    rows = []
+    for x in real["rows"]:
+        group, make, fn = by_label[x["case"]]
+        if group == "attention":
+            backend = _SDPA_BACKENDS[x["ops"].split("+")[0]]
+            fn = (lambda b, backend=backend, causal="causal" in x["case"]: backend(b, causal))
+        pred_ns, ops = predict(model, fn, make())
+        if ops != x["ops"]:
+            print(f"  ! {x['case']}: predicted ops {ops} != recorded {x['ops']}", file=sys.stderr)
+        err = pred_ns / (x["real_us"] * 1e3) - 1.0
+        rows.append({**x, "pred_us": pred_ns / 1e3, "err": err})
+        print(f"{group:<10} {x['case']:<40} real {x['real_us']:10.2f} us  pred {pred_ns / 1e3:10.2f} us  "
+              f"{100 * err:+6.1f}%", flush=True)
+    summary = summarise(rows)
+    if out:
+        h = real["header"]
+        lines = [f"# fallback hold-out, {gpu}: simulated {datetime.date.today()} vs real {h.get('date', '?')[:10]}",
+                 "", f"real: {real_path} ({h.get('device_name')}, driver {h.get('driver')}, torch {h.get('torch')}); "
+                 f"model: {model.cal.source}", "",
+                 "| group | case | real us | pred us | err % |", "|---|---|---|---|---|"]
+        lines += [f"| {x['group']} | {x['case']} | {x['real_us']:.2f} | {x['pred_us']:.2f} | {100 * x['err']:+.1f} |"
+                  for x in rows]
+        lines += ["", "| group | n | median abs err | max abs err | target | met |", "|---|---|---|---|---|---|"]
+        lines += [f"| {g} | {s['n']} | {100 * s['median_abs_err']:.1f}% | {100 * s['max_abs_err']:.1f}% | "
+                  f"{100 * s['target']:.0f}% | {'yes' if s['met'] else 'no'} |" for g, s in summary.items()]
+        Path(out).write_text("\n".join(lines) + "\n")
     return 0
 
 

@@ -1,6 +1,7 @@
 """Tests of the roofline cost model (phantom.cost). Inputs are meta tensors: only shapes matter."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -8,7 +9,16 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from phantom.cost import OP_CLASSES, CostModel, KernelCost, RooflineCostModel, classify, load_calibration
-from phantom.cost.roofline import causal_keep_fraction, mta_launches
+from phantom.cost.calibrate import _gemm_aligned, fit_gemm_residuals
+from phantom.cost.calibration import Calibration, GemmCurve, GemmResiduals, scale_calibration
+from phantom.cost.roofline import (
+    causal_keep_fraction,
+    gemm_point,
+    gemm_residual,
+    gemm_time_ns,
+    gemm_wave_factor,
+    mta_launches,
+)
 from phantom.hardware import get_gpu
 
 aten = torch.ops.aten
@@ -205,6 +215,84 @@ def test_addmm_bmm_and_scaled_mm(h100):
     assert fp8.gpu_ns < bf16.gpu_ns  # fp8 tensor cores are twice as fast
 
 
+def test_wave_exponents_split_one_partial_wave_from_a_tail():
+    curve = GemmCurve(eff_max=0.8, k_half=200.0, tile_m=128, tile_n=128, wave_gamma=0.1, split_k_min=4096.0,
+                      fill_gamma=0.6)
+    assert gemm_wave_factor(curve, 66, 132) == pytest.approx(0.5 ** 0.6)  # half the SMs idle
+    assert gemm_wave_factor(curve, 198, 132) == pytest.approx(0.75 ** 0.1)  # 1.5 waves: a tail
+    assert gemm_wave_factor(curve, 264, 132) == 1.0
+    old = GemmCurve(eff_max=0.8, k_half=200.0, tile_m=128, tile_n=128, wave_gamma=0.5, split_k_min=4096.0)
+    assert gemm_wave_factor(old, 66, 132) == pytest.approx(0.5 ** 0.5)  # files without fill_gamma
+
+
+def test_gemm_residual_interpolates_and_fades():
+    at = gemm_point(1, 4096, 4096, 4096)
+    res = GemmResiduals(h=1.0, w0=0.1, aligned=((*at, math.log(0.8)),), unaligned=((*at, math.log(2.0)),))
+    on = gemm_residual(res, 1, 4096, 4096, 4096)
+    assert on == pytest.approx(math.exp(math.log(0.8) / 1.1))  # the point, shrunk by the prior weight
+    near = gemm_residual(res, 1, 5000, 4096, 4096)
+    assert on < near < 1.0  # a neighbour gets part of the correction
+    assert gemm_residual(res, 1, 2**20, 4096, 4096) == pytest.approx(1.0)  # far away: the curve alone
+    assert gemm_residual(res, 1, 4096, 4096, 4096, aligned=False) > 1.5  # its own alignment class
+    assert gemm_residual(res, 1, 4096, 4096, 4096, skip=at) == 1.0  # left out (cross-validation)
+    assert gemm_residual(res, 4, 1024, 4096, 4096) == pytest.approx(on)  # batch counts as rows of M
+    assert gemm_residual(None, 1, 4096, 4096, 4096) == 1.0
+
+
+def test_shipped_gemm_residuals_are_small_and_cross_validated():
+    for name in ("H100", "H200"):
+        cal = load_calibration(get_gpu(name))
+        res = cal.gemm.residuals["bf16"]
+        assert len(res.aligned) > 100 and res.unaligned  # the sweep's grid, both alignment classes
+        assert max(abs(p[3]) for p in res.aligned) < math.log(1.5)  # corrections, not a second model
+        cv = cal.fit["gemm.bf16.cross_validated"]
+        assert cv["median_abs_rel_err"] < 0.06 and cv["h"] == res.h and cv["w0"] == res.w0
+        assert cal.gemm.curves["bf16"].fill_gamma is not None
+
+
+def test_residuals_roundtrip_and_stay_within_an_architecture():
+    h100 = load_calibration(get_gpu("H100"))
+    again = Calibration.from_dict(h100.to_dict())
+    assert again.gemm.residuals == h100.gemm.residuals and again.gemm.curves == h100.gemm.curves
+    assert scale_calibration(h100, get_gpu("H100"), get_gpu("H200")).gemm.residuals == h100.gemm.residuals
+    assert scale_calibration(h100, get_gpu("H100"), get_gpu("A100")).gemm.residuals == {}
+
+
+def test_conv_gets_no_gemm_residuals(h100):
+    bare = RooflineCostModel(get_gpu("H100"), dataclasses.replace(
+        h100.cal, gemm=dataclasses.replace(h100.cal.gemm, residuals={})))
+    x, w = t(8, 64, 56, 56), t(128, 64, 3, 3)
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+    assert est(h100, aten.convolution.default, *args).gpu_ns == est(bare, aten.convolution.default, *args).gpu_ns
+    mm = (t(3000, 1024), t(1024, 4096))
+    assert est(h100, aten.mm.default, *mm).gpu_ns != est(bare, aten.mm.default, *mm).gpu_ns
+
+
+def test_fit_gemm_residuals_recovers_a_known_correction():
+    """Rows made from the shipped curve times a known smooth factor: the stored residuals are that
+    factor, and the cross-validated error is small."""
+    gpu = get_gpu("H100")
+    cal = load_calibration(gpu).gemm
+    bare = dataclasses.replace(cal, residuals={})
+    rows = []
+    for m in (256, 1024, 4096):
+        for n in (1024, 4096):
+            for k in (512, 2048, 8192):
+                p = {"M": m, "N": n, "K": k, "batch": 1}
+                flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + n * k + m * n)
+                factor = 1.0 + 0.1 * math.log2(k / 512) / 4  # up to +10% at deep K
+                ns = gemm_time_ns(bare, "bf16", gpu, 1, m, n, k, flops, nbytes, aligned=_gemm_aligned("bf16", p),
+                                  correct=False) * factor
+                rows.append({"class": "gemm", "op": "mm", "dtype": "bf16", "params": p, "flops": flops,
+                             "bytes": nbytes, "median_us": ns / 1e3})
+    quality: dict = {}
+    res = fit_gemm_residuals(rows, gpu, bare, {}, quality)["bf16"]
+    assert len(res.aligned) == len(rows) and not res.unaligned
+    for x, y, z, r in res.aligned:
+        assert r == pytest.approx(math.log(1.0 + 0.1 * (z - 9) / 4), abs=1e-3)
+    assert quality["gemm.bf16.cross_validated"]["median_abs_rel_err"] < 0.03
+
+
 # ---- attention ----------------------------------------------------------------------------
 def sdpa(h100, b, h, s, d, causal, hkv=None):
     q, k, v = t(b, h, s, d), t(b, hkv or h, s, d), t(b, hkv or h, s, d)
@@ -369,6 +457,7 @@ def test_calibration_files_and_scaling():
     a100 = load_calibration(get_gpu("A100"))
     assert a100.origin.startswith("scaled from")
     assert a100.gemm.curves["bf16"].eff_max == pytest.approx(267.9 / 312.0)  # MAMF override for Ampere
+    assert a100.gemm.residuals == {}  # H100's kernel residuals do not carry over to Ampere
     model = RooflineCostModel(get_gpu("A100"))
     c = est(model, aten.mm.default, t(8192, 8192), t(8192, 8192))
     achieved = c.flops / (c.gpu_ns * 1e-9) / 1e12

@@ -1,13 +1,20 @@
 """Fit the roofline's efficiency curves to kernel times measured by bench/kernels/measure.py.
 
-    python -m phantom.cost.calibrate bench/kernels/results/kernels_H100.json [--out phantom/cost/data/H100.json]
+    python -m phantom.cost.calibrate bench/kernels/results/kernels_H100.json \
+        [--gemm-rows bench/profile/results/kernels_H100.json] [--out phantom/cost/data/H100.json]
 
 Each group is fitted to the physics-shaped curve the estimator evaluates (the same `*_time_ns`
 functions from roofline.py), minimising the squared log error of the predicted time, so every
 row weighs by its relative error whatever its size. Parameters are bounded to physical ranges and
 searched with Nelder-Mead (pure Python: this runs anywhere phantom runs). Groups:
-  gemm       bf16 rows fit all shape parameters (tile shape chosen over a small grid); other
-             precisions refit eff_max (and k_half with enough rows); convs fit conv_scale.
+  gemm       bf16 rows fit all shape parameters of the analytic curve (tile shape chosen over a
+             small grid; separate wave exponents for an under-filled single wave and for the
+             tail of several); other precisions refit eff_max (and k_half with enough rows);
+             convs fit conv_scale. Then every row's residual ln(measured / curve) is stored
+             and interpolated in log2(batch*M, N, K) space at estimate time (GemmResiduals),
+             with the kernel width chosen by leave-one-shape-out cross-validation; `fit`
+             reports that cross-validated error ("gemm.bf16.cross_validated") next to the
+             curve's own and the in-sample one.
   attention  per backend (flash, cudnn, efficient) and direction: eff_max, s_half, d_half,
              wave_gamma, floor.
   memory     one MemCurve per class, and one per op key ("class:key") measured at >= 2 sizes
@@ -30,10 +37,12 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from phantom.cost.calibration import (
+    GEMM_PRECISIONS,
     AttnCurve,
     Calibration,
     GemmCal,
     GemmCurve,
+    GemmResiduals,
     MemCurve,
     TransferCal,
     calibration_path,
@@ -44,6 +53,8 @@ from phantom.cost.roofline import (
     attention_time_ns,
     attention_work,
     conv_channel_padding,
+    gemm_point,
+    gemm_residual,
     gemm_time_ns,
     mem_time_ns,
     mta_launch_plan,
@@ -73,6 +84,7 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "d2h_pageable_gbps": (0.5, 500.0, True),
     "conv_scale": (0.05, 2.0, True),
     "unaligned_scale": (0.02, 1.0, True),
+    "fill_gamma": (0.0, 1.0, False),
 }
 TILES = (64, 128, 256)
 MIN_ROWS_PER_OP = 2  # an op measured at this many sizes gets its own bandwidth
@@ -174,10 +186,20 @@ def _gemm_aligned(prec: str, p: dict[str, Any]) -> bool:
     return (p["K"] * esz) % 16 == 0 and (p["N"] * esz) % 16 == 0
 
 
-def _gemm_pred(cal: GemmCal, prec: str, gpu: GPUSpec, r: Row, eff_scale: float = 1.0) -> float:
+def _gemm_pred(cal: GemmCal, prec: str, gpu: GPUSpec, r: Row, eff_scale: float = 1.0, correct: bool = False) -> float:
     p = r["params"]
     return gemm_time_ns(cal, prec, gpu, p.get("batch", 1), p["M"], p["N"], p["K"], r["flops"], r["bytes"], eff_scale,
-                        aligned=_gemm_aligned(prec, p))
+                        aligned=_gemm_aligned(prec, p), correct=correct)
+
+
+GEMM_SHAPE_PARAMS = ("eff_max", "k_half", "wave_gamma", "fill_gamma", "split_k_min", "floor_us", "mem_eff",
+                     "unaligned_scale")
+# (wave_gamma, fill_gamma) starts: the two exponents, the floor and split_k_min trade off against
+# each other, and Nelder-Mead stops in the nearest valley.
+GAMMA_STARTS = ((0.1, 0.5), (0.5, 0.5), (0.8, 0.8))
+# Residual interpolation: kernel widths (log2 units) and prior weights tried by cross-validation.
+RESIDUAL_H = (0.5, 0.75, 1.0, 1.5)
+RESIDUAL_W0 = (0.03, 0.1, 0.3, 1.0)
 
 
 def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str],
@@ -186,30 +208,30 @@ def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str]
     if not bf16:
         notes["gemm"] = "no bf16 GEMM rows: seed kept"
         return seed
-    shape = ("eff_max", "k_half", "wave_gamma", "split_k_min", "floor_us", "mem_eff", "unaligned_scale")
     base = seed.curves["bf16"]
-    start = {"eff_max": base.eff_max, "k_half": base.k_half, "wave_gamma": base.wave_gamma,
-             "split_k_min": base.split_k_min, "floor_us": seed.floor_us, "mem_eff": seed.mem_eff,
-             "unaligned_scale": base.unaligned_scale}
     best: tuple[float, GemmCal] | None = None
     for tm in TILES:
         for tn in TILES:
             def make(p: dict[str, float], tm: int = tm, tn: int = tn) -> GemmCal:
                 curve = GemmCurve(p["eff_max"], p["k_half"], tm, tn, p["wave_gamma"], p["split_k_min"],
-                                  p["unaligned_scale"])
+                                  p["unaligned_scale"], p["fill_gamma"])
                 return GemmCal(p["floor_us"], p["mem_eff"], seed.conv_scale, {"bf16": curve})
 
             def loss(p: dict[str, float], make: Callable = make) -> float:
                 cal = make(p)
                 return sum(sq_log_err(_gemm_pred(cal, "bf16", gpu, r), r["median_us"]) for r in bf16) / len(bf16)
 
-            params, val = fit(shape, start, loss)
-            if best is None or val < best[0]:
-                best = (val, make(params))
+            for wave, fill in GAMMA_STARTS:
+                start = {"eff_max": base.eff_max, "k_half": base.k_half, "wave_gamma": wave, "fill_gamma": fill,
+                         "split_k_min": base.split_k_min, "floor_us": seed.floor_us, "mem_eff": seed.mem_eff,
+                         "unaligned_scale": base.unaligned_scale}
+                params, val = fit(GEMM_SHAPE_PARAMS, start, loss)
+                if best is None or val < best[0]:
+                    best = (val, make(params))
     assert best is not None
     cal = best[1]
     curves = {"bf16": cal.curves["bf16"]}
-    quality_out["gemm.bf16"] = quality([(_gemm_pred(cal, "bf16", gpu, r), r["median_us"]) for r in bf16])
+    quality_out["gemm.bf16.curve"] = quality([(_gemm_pred(cal, "bf16", gpu, r), r["median_us"]) for r in bf16])
     for prec in ("fp16", "tf32", "fp32", "fp8"):
         prows = _gemm_rows(rows, prec)
         if not prows:
@@ -225,10 +247,63 @@ def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str]
 
         params, _ = fit(names, {"eff_max": curves["bf16"].eff_max, "k_half": curves["bf16"].k_half}, loss_p)
         curves[prec] = replace(curves["bf16"], **params)
-        trial = replace(cal, curves={prec: curves[prec]})
-        quality_out[f"gemm.{prec}"] = quality([(_gemm_pred(trial, prec, gpu, r), r["median_us"]) for r in prows])
     cal = replace(cal, curves=curves)
+    cal = replace(cal, residuals=fit_gemm_residuals(rows, gpu, cal, notes, quality_out))
+    for prec in GEMM_PRECISIONS:
+        prows = _gemm_rows(rows, prec)
+        if prows:
+            quality_out[f"gemm.{prec}"] = quality([(_gemm_pred(cal, prec, gpu, r, correct=True), r["median_us"])
+                                                   for r in prows])
     return replace(cal, conv_scale=fit_conv_scale(rows, gpu, cal, notes, quality_out))
+
+
+def _residual_points(rows: list[Row], prec: str, gpu: GPUSpec, cal: GemmCal) -> dict[bool, list[tuple]]:
+    """(log2(batch*M), log2 N, log2 K, ln(measured / curve)) of each row, by alignment; rows
+    measured more than once (two sweeps) are averaged in log space."""
+    acc: dict[tuple, list[float]] = {}
+    for r in rows:
+        p = r["params"]
+        at = gemm_point(p.get("batch", 1), p["M"], p["N"], p["K"])
+        res = math.log(r["median_us"] * 1e3 / _gemm_pred(cal, prec, gpu, r))
+        acc.setdefault((_gemm_aligned(prec, p), *at), []).append(res)
+    out: dict[bool, list[tuple]] = {True: [], False: []}
+    for (aligned, *at), rs in sorted(acc.items()):
+        out[aligned].append((*(round(v, 4) for v in at), round(sum(rs) / len(rs), 4)))
+    return out
+
+
+def fit_gemm_residuals(rows: list[Row], gpu: GPUSpec, cal: GemmCal, notes: dict[str, str],
+                       quality_out: dict[str, Any]) -> dict[str, GemmResiduals]:
+    """Residual tables per precision; kernel width and prior weight by leave-one-shape-out
+    cross-validation on the bf16 rows (every row predicted from the other shapes only)."""
+    bf16 = _gemm_rows(rows, "bf16")
+    points = {prec: _residual_points(_gemm_rows(rows, prec), prec, gpu, cal) for prec in GEMM_PRECISIONS
+              if _gemm_rows(rows, prec)}
+
+    def cv_errors(h: float, w0: float) -> list[float]:
+        res = {prec: GemmResiduals(h, w0, tuple(pts[True]), tuple(pts[False])) for prec, pts in points.items()}
+        trial = replace(cal, residuals=res)
+        errs = []
+        for r in bf16:
+            p = r["params"]
+            at = gemm_point(p.get("batch", 1), p["M"], p["N"], p["K"])
+            corr = gemm_residual(res["bf16"], p.get("batch", 1), p["M"], p["N"], p["K"],
+                                 _gemm_aligned("bf16", p), skip=tuple(round(v, 4) for v in at))
+            errs.append(abs(_gemm_pred(trial, "bf16", gpu, r) * corr / (r["median_us"] * 1e3) - 1.0))
+        return errs
+
+    h, w0 = min(((h, w0) for h in RESIDUAL_H for w0 in RESIDUAL_W0),
+                key=lambda hw: statistics.mean(cv_errors(*hw)))
+    errs = sorted(cv_errors(h, w0))
+    quality_out["gemm.bf16.cross_validated"] = {
+        "n": len(errs), "median_abs_rel_err": round(statistics.median(errs), 4),
+        "p90_abs_rel_err": round(errs[min(len(errs) - 1, int(0.9 * len(errs)))], 4),
+        "max_abs_rel_err": round(errs[-1], 4), "h": h, "w0": w0,
+        "curve_only_median_abs_rel_err": quality_out.get("gemm.bf16.curve", {}).get("median_abs_rel_err")}
+    notes["gemm.residuals"] = (f"ln(measured/curve) of every sweep row, interpolated in log2(batch*M, N, K) with a "
+                               f"Gaussian of width h={h} and prior weight w0={w0} on no correction (chosen by "
+                               f"leave-one-shape-out cross-validation on the bf16 rows)")
+    return {prec: GemmResiduals(h, w0, tuple(pts[True]), tuple(pts[False])) for prec, pts in points.items()}
 
 
 def fit_conv_scale(rows: list[Row], gpu: GPUSpec, cal: GemmCal, notes: dict[str, str],
@@ -243,7 +318,7 @@ def fit_conv_scale(rows: list[Row], gpu: GPUSpec, cal: GemmCal, notes: dict[str,
         m = p["N"] * p["Ho"] * p["Ho"]
         pad = conv_channel_padding(p["C"], 2)
         return gemm_time_ns(cal, "bf16", gpu, 1, m, p["K"], p["C"] * p["R"] ** 2 * pad, r["flops"] * pad, r["bytes"],
-                            scale)
+                            scale, correct=False)
 
     params, _ = fit(("conv_scale",), {"conv_scale": cal.conv_scale},
                     lambda p: sum(sq_log_err(pred(r, p["conv_scale"]), r["median_us"]) for r in convs) / len(convs))
@@ -392,13 +467,22 @@ def fit_transfer(rows: list[Row], seed: TransferCal, quality_out: dict[str, Any]
 # --------------------------------------------------------------------------------------
 # Driver
 # --------------------------------------------------------------------------------------
-def calibrate(measured: dict[str, Any], gpu: GPUSpec | None = None) -> Calibration:
+def calibrate(measured: dict[str, Any], gpu: GPUSpec | None = None,
+              gemm_extra: list[dict[str, Any]] | None = None) -> Calibration:
+    """Fit every group to the rows of `measured`; the GEMM group also to the GEMM rows of
+    `gemm_extra` (the same grid timed again, e.g. by phantom profile --sweep: a shape timed twice
+    weighs twice and its residual is the mean of both)."""
     meta, rows = measured["meta"], measured["rows"]
+    extra = gemm_extra or []
+    gpus = {str(m["meta"].get("gpu")) for m in [measured, *extra]}
+    if len(gpus) > 1:
+        raise ValueError(f"measured files of different GPUs: {sorted(gpus)}")
     gpu = gpu or get_gpu(meta["gpu"])
+    gemm_rows = rows + [r for m in extra for r in m["rows"] if r["class"] == "gemm"]
     seed = seed_calibration()
     notes: dict[str, str] = {}
     q: dict[str, Any] = {}
-    gemm = fit_gemm(rows, gpu, seed.gemm, notes, q)
+    gemm = fit_gemm(gemm_rows, gpu, seed.gemm, notes, q)
     attention = dict(seed.attention)
     for backend in ("flash", "cudnn", "efficient"):
         for bwd in (False, True):
@@ -410,9 +494,17 @@ def calibrate(measured: dict[str, Any], gpu: GPUSpec | None = None) -> Calibrati
     transfer = fit_transfer(rows, seed.transfer, q)
     source = (f"bench/kernels/measure.py on {meta['device_name']} (driver {meta['driver']}, torch {meta['torch']}, "
               f"CUDA {meta['cuda']}, {meta['date']}), {len(rows)} rows; fitted by phantom.cost.calibrate")
+    if extra:
+        source += "; GEMM also on " + " and ".join(
+            f"{sum(r['class'] == 'gemm' for r in m['rows'])} GEMM rows of {_timer(m['meta'])} ({m['meta'].get('date')})"
+            for m in extra)
     notes.setdefault("all", "fitted to the measured rows (squared log error); see fit for residuals")
     return Calibration(gpu=gpu.name, origin="measured", source=source, gemm=gemm, attention=attention,
                        memory=memory, transfer=transfer, notes=notes, fit=q)
+
+
+def _timer(meta: dict[str, Any]) -> str:
+    return "phantom profile --sweep" if "phantom profile" in str(meta.get("method", "")) else "measure.py"
 
 
 def _round(cal: Calibration) -> Calibration:
@@ -433,12 +525,16 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(description="fit phantom's roofline calibration to measured kernel times")
     ap.add_argument("measured", type=Path, help="JSON written by bench/kernels/measure.py")
+    ap.add_argument("--gemm-rows", type=Path, action="append", default=[], metavar="JSON",
+                    help="more GEMM rows of the same GPU to fit the GEMM group on too, e.g. the grid timed by "
+                         "phantom profile --sweep (bench/profile/results/kernels_<GPU>.json); repeatable")
     ap.add_argument("--gpu", default=None, help="GPU preset name (default: from the file's meta)")
     ap.add_argument("--out", type=Path, default=None, help="default phantom/cost/data/<GPU>.json")
     args = ap.parse_args(argv)
     measured = json.loads(args.measured.read_text())
+    extra = [json.loads(p.read_text()) for p in args.gemm_rows]
     gpu = get_gpu(args.gpu) if args.gpu else None
-    cal = _round(calibrate(measured, gpu))
+    cal = _round(calibrate(measured, gpu, extra))
     out = args.out or calibration_path(cal.gpu)
     write_calibration(cal, out)
     print(f"wrote {out}")

@@ -14,7 +14,8 @@ over unchanged (launch latency is a property of the driver/front-end, similar ac
 parts); the bytes-in-flight scale b_sat of every memory curve scales with HBM bandwidth (Little's
 law: bytes in flight needed to saturate = bandwidth x latency) and sat_blocks with the SM count;
 SM count and peaks come from the GPUSpec at estimate time. A source of the same compute-capability major is preferred; across
-architectures the `ARCH_OVERRIDES` (public measurements) are applied on top.
+architectures the `ARCH_OVERRIDES` (public measurements) are applied on top, and the GEMM
+residuals (corrections measured on one architecture's cuBLAS kernels) are dropped.
 """
 from __future__ import annotations
 
@@ -36,14 +37,19 @@ GEMM_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8")
 class GemmCurve:
     """Achieved fraction of one precision's peak for a GEMM of shape (batch, M, N, K).
 
-    eff = eff_max * wave_util(work units over SMs) ** wave_gamma * K_eff / (K_eff + k_half)
+    eff = eff_max * wave_util(work units over SMs) ** gamma * K_eff / (K_eff + k_half)
           * tile padding of M and N  [* unaligned_scale]
     where work units are output tiles (tile_m x tile_n), split along K when there are fewer
     tiles than SMs (cuBLAS split-K, slices of at least split_k_min), and K_eff is the K depth one
-    work unit walks (its pipeline fill/drain is paid once per unit). unaligned_scale applies when
-    an operand's leading dimension is not a multiple of 16 bytes: cuBLAS then cannot use its
-    TMA/tensor-core kernels (measured on H100: a 4095^3 bf16 GEMM runs 6x slower than 4096^3,
-    and so does GPT-2's 50257-wide LM head).
+    work unit walks (its pipeline fill/drain is paid once per unit). gamma is fill_gamma when
+    the units do not fill one wave (units < SMs: idle SMs, nothing can hide them) and wave_gamma
+    for the tail of the last of several waves (Hopper's persistent cuBLAS kernels spread that
+    tail over the SMs: fitted wave_gamma is close to 0, fill_gamma about 0.55); fill_gamma None
+    means wave_gamma for both (files fitted before the two were told apart).
+    unaligned_scale applies when an operand's leading dimension is not a multiple of 16 bytes:
+    cuBLAS then cannot use its TMA/tensor-core kernels (measured on H100: a 4095^3 bf16 GEMM
+    runs 6x slower than 4096^3, and so does GPT-2's 50257-wide LM head). It is fitted on odd
+    sizes (2-byte alignment); 4- and 8-byte alignments are not in the sweep and get the same.
     """
 
     eff_max: float
@@ -53,6 +59,27 @@ class GemmCurve:
     wave_gamma: float
     split_k_min: float
     unaligned_scale: float = 1.0
+    fill_gamma: float | None = None
+
+
+@dataclass(frozen=True)
+class GemmResiduals:
+    """Measured corrections on top of a GemmCurve, interpolated in log space over the sweep.
+
+    Each sweep row of one precision leaves a point (log2(batch*M), log2 N, log2 K, r) with
+    r = ln(measured / curve's time). A shape's correction is exp of the Gaussian-weighted mean
+    of the r of its alignment class (16-byte aligned or not), the weights exp(-d^2 / 2 h^2) of
+    the distance d in log2 units, plus a weight w0 on r = 0: on the grid it reproduces the
+    measurements up to the neighbours' share; between grid points it blends them; far from any
+    (a shape the sweep never came near) it fades to the analytic curve. h and w0 are chosen by
+    leave-one-shape-out cross-validation over the sweep (calibrate.py). Convolutions and
+    GEMMs of a precision without rows get no correction.
+    """
+
+    h: float
+    w0: float
+    aligned: tuple[tuple[float, float, float, float], ...] = ()
+    unaligned: tuple[tuple[float, float, float, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +88,7 @@ class GemmCal:
     mem_eff: float  # fraction of HBM bandwidth a memory-bound (skinny) GEMM streams at
     conv_scale: float  # cuDNN conv efficiency relative to a GEMM of the same implicit-GEMM shape
     curves: dict[str, GemmCurve]
+    residuals: dict[str, GemmResiduals] = field(default_factory=dict)  # per precision (see GemmResiduals)
 
 
 @dataclass(frozen=True)
@@ -144,13 +172,19 @@ class Calibration:
             origin=d.get("origin", "measured"),
             source=d.get("source", ""),
             gemm=GemmCal(g["floor_us"], g["mem_eff"], g["conv_scale"],
-                         {k: GemmCurve(**v) for k, v in g["curves"].items()}),
+                         {k: GemmCurve(**v) for k, v in g["curves"].items()},
+                         {k: _residuals_from_dict(v) for k, v in g.get("residuals", {}).items()}),
             attention={k: AttnCurve(**v) for k, v in d["attention"].items()},
             memory={k: MemCurve(**v) for k, v in d["memory"].items()},
             transfer=TransferCal(**d["transfer"]),
             notes=dict(d.get("notes", {})),
             fit=dict(d.get("fit", {})),
         )
+
+
+def _residuals_from_dict(d: dict[str, Any]) -> GemmResiduals:
+    return GemmResiduals(h=d["h"], w0=d["w0"], aligned=tuple(tuple(p) for p in d.get("aligned", ())),
+                         unaligned=tuple(tuple(p) for p in d.get("unaligned", ())))
 
 
 # --------------------------------------------------------------------------------------
@@ -241,6 +275,8 @@ def scale_calibration(cal: Calibration, ref: GPUSpec, gpu: GPUSpec) -> Calibrati
                                                             f"b_sat x{ratio:.3f} (HBM ratio), "
                                                             f"sat_blocks x{sm_ratio:.3f} (SM ratio)"})
     if gpu.compute_capability[0] != ref.compute_capability[0]:
+        # The residuals correct one architecture's cuBLAS kernels; another's start from the curve.
+        scaled = replace(scaled, gemm=replace(scaled.gemm, residuals={}))
         scaled = _apply_overrides(scaled, gpu.compute_capability[0])
     return scaled
 

@@ -6,7 +6,10 @@ time = floor + max(flops / (peak(dtype) * eff_compute(class, shape)),
 The efficiency curves are physics-shaped (wave quantisation over SMs, pipeline fill along K or
 the sequence, Little's-law bandwidth saturation) with constants fitted to kernel times measured
 on real GPUs (calibration.py holds them, calibrate.py fits them). The pure `*_time_ns` functions
-below are shared with the fitter so that the fit and the estimate use one formula.
+below are shared with the fitter so that the fit and the estimate use one formula. GEMMs then
+take a measured correction: the sweep rows' residuals against the curve, interpolated in
+log2(batch*M, N, K) (`gemm_residual`, GemmResiduals), so a shape between grid points inherits
+what its neighbours measured beyond the physics terms, and a shape far from any keeps the curve.
 
 Hot path: `RooflineCostModel.estimate` memoises by a signature of the arguments (shapes, strides,
 dtypes, devices, ints/bools/strings; floats only as zero/non-zero, since a learning rate or a
@@ -182,6 +185,15 @@ def wave_util(units: float, sms: int) -> float:
     return units / (math.ceil(units / sms) * sms)
 
 
+def gemm_wave_factor(curve: Any, units: int, sms: int) -> float:
+    """wave_util ** gamma: fill_gamma for fewer units than SMs (one partial wave), else wave_gamma
+    (the tail of the last of several waves; see GemmCurve)."""
+    gamma = curve.wave_gamma
+    if units < sms and getattr(curve, "fill_gamma", None) is not None:
+        gamma = curve.fill_gamma
+    return wave_util(units, sms) ** gamma
+
+
 def gemm_efficiency(curve: Any, sms: int, batch: int, m: int, n: int, k: int, aligned: bool = True) -> float:
     tiles_m, tiles_n = math.ceil(m / curve.tile_m), math.ceil(n / curve.tile_n)
     tiles = max(1, batch * tiles_m * tiles_n)
@@ -190,18 +202,52 @@ def gemm_efficiency(curve: Any, sms: int, batch: int, m: int, n: int, k: int, al
         split = max(1, min(sms // tiles, int(k // curve.split_k_min)))
     k_eff = k / split
     pad = (m / (tiles_m * curve.tile_m)) * (n / (tiles_n * curve.tile_n))
-    return (curve.eff_max * wave_util(tiles * split, sms) ** curve.wave_gamma
+    return (curve.eff_max * gemm_wave_factor(curve, tiles * split, sms)
             * k_eff / (k_eff + curve.k_half) * pad * (1.0 if aligned else curve.unaligned_scale))
 
 
+def gemm_point(batch: int, m: int, n: int, k: int) -> tuple[float, float, float]:
+    """Where a GEMM sits in the residual interpolation: (log2(batch*M), log2 N, log2 K)."""
+    return (math.log2(max(1, batch * m)), math.log2(max(1, n)), math.log2(max(1, k)))
+
+
+def gemm_residual(res: Any, batch: int, m: int, n: int, k: int, aligned: bool = True,
+                  skip: tuple[float, float, float] | None = None) -> float:
+    """Multiplicative correction of the analytic GEMM time, interpolated from the sweep's
+    residuals (see GemmResiduals); `skip` leaves out the points at one location (cross-validation)."""
+    if res is None:
+        return 1.0
+    points = res.aligned if aligned else res.unaligned
+    if not points:
+        return 1.0
+    x, y, z = gemm_point(batch, m, n, k)
+    inv = -0.5 / (res.h * res.h)
+    num, den = 0.0, res.w0
+    for px, py, pz, r in points:
+        if skip is not None and (px, py, pz) == skip:
+            continue
+        d2 = (x - px) ** 2 + (y - py) ** 2 + (z - pz) ** 2
+        if d2 < 36.0 * res.h * res.h:  # beyond 6 h the weight is below 1e-7
+            w = math.exp(d2 * inv)
+            num += w * r
+            den += w
+    return math.exp(num / den) if den > 0 else 1.0
+
+
 def gemm_time_ns(cal: GemmCal, prec: str, gpu: GPUSpec, batch: int, m: int, n: int, k: int,
-                 flops: float, nbytes: float, eff_scale: float = 1.0, aligned: bool = True) -> float:
+                 flops: float, nbytes: float, eff_scale: float = 1.0, aligned: bool = True,
+                 correct: bool = True) -> float:
+    """Analytic time (launch floor + the slower of compute and memory) times the residual
+    correction interpolated from the sweep (`correct`: off for convolutions and while fitting)."""
     curve = cal.curves.get(prec) or cal.curves["bf16"]
     peak = gpu.peak_tflops(prec if prec in ("bf16", "fp16", "tf32", "fp32", "fp8") else "fp32") * 1e12
     eff = max(gemm_efficiency(curve, gpu.sm_count, batch, m, n, k, aligned) * eff_scale, 1e-4)
     t_compute = flops / (peak * eff) if flops > 0 else 0.0
     t_memory = nbytes / (gpu.hbm_gbps * 1e9 * cal.mem_eff)
-    return cal.floor_us * 1e3 + max(t_compute, t_memory) * 1e9
+    ns = cal.floor_us * 1e3 + max(t_compute, t_memory) * 1e9
+    if correct and cal.residuals:
+        ns *= gemm_residual(cal.residuals.get(prec), batch, m, n, k, aligned)
+    return ns
 
 
 def conv_channel_padding(cin: int, element_size: int) -> float:
@@ -697,7 +743,7 @@ class RooflineCostModel:
         prec = _precision(x.dtype, "conv")
         pad = conv_channel_padding(cin_g, x.element_size())
         ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, groups, m, n, k * pad, flops * pad, nbytes,
-                          eff_scale=self.cal.gemm.conv_scale)
+                          eff_scale=self.cal.gemm.conv_scale, correct=False)
         return self._cost(ns, "conv", flops, nbytes)
 
     def _attention(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:
