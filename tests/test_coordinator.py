@@ -11,8 +11,12 @@ from phantom.distributed.coordinator import Coordinator
 from phantom.distributed.wire import ENV_ADDRESS, ENV_AUTHKEY, Request
 
 
-def _schedule(requests, ready):
+SIBLINGS: list = []  # what the last schedule() call was given
+
+
+def _schedule(requests, ready, siblings):
     # 1 ns per byte after the last member is ready: easy to check by hand.
+    SIBLINGS[:] = siblings
     return ready, ready + requests[0].nbytes, "ring", "Simple", 4
 
 
@@ -101,3 +105,50 @@ def test_point_to_point_batches_resolve_together(clients):
     r0, r1 = _in_threads(lambda: c0.exchange([send01, recv10]),
                          lambda: c1.exchange([send10, recv01]))
     assert len(r0) == len(r1) == 2
+
+
+def test_representative_ranks_resolve_replay_and_start_peers(tmp_path, monkeypatch):
+    """4 ranks, only rank 0 running: its collectives complete alone, with its payload for
+    the others; a send to rank 2 starts rank 2, which replays what it missed."""
+    address, key = str(tmp_path / "r.sock"), os.urandom(8)
+    started: list[int] = []
+    coord = Coordinator(4, address, key, _schedule, running=[0], spawn=started.append)
+    coord.start()
+    monkeypatch.setenv(ENV_ADDRESS, address)
+    monkeypatch.setenv(ENV_AUTHKEY, key.hex())
+    c0 = CoordinatorClient(0)
+    c0.report_groups([[0, 1], [2, 3]])  # two pipeline stages' data-parallel groups, say
+    world = (0, 1, 2, 3)
+    req = _req(0, ("world", 1), members=world, ready=5.0)
+    req.payload = "from rank 0"
+    (res,) = c0.exchange([req])
+    assert (res.start_ns, res.end_ns) == (5.0, 105.0)
+    assert res.payloads == {r: "from rank 0" for r in world}
+    # a collective on {0,1}: its sibling {2,3} runs it too, nobody simulates that group
+    (res,) = c0.exchange([_req(0, ("dp01", 1), members=(0, 1))])
+    assert SIBLINGS == [(2, 3)]
+    # rank 0 sends to rank 2 (on the world group): rank 2 must run
+    send = _req(0, ("world", "p2p", 0, 2, 1), kind="send_recv", members=(0, 2), ready=200.0)
+    send.group_members = world
+    out = {}
+    t = threading.Thread(target=lambda: out.update(r=c0.exchange([send])))
+    t.start()
+    deadline = threading.Event()
+    while not started and not deadline.wait(0.01):
+        pass
+    assert started == [2]
+    c2 = CoordinatorClient(2)
+    (replayed,) = c2.exchange([_req(2, ("world", 1), members=world, ready=1.0)])
+    assert replayed.start_ns == 5.0  # the stored result, not a new placement
+    recv = _req(2, ("world", "p2p", 0, 2, 1), kind="send_recv", members=(0, 2), ready=250.0)
+    recv.group_members = world
+    (got,) = c2.exchange([recv])
+    t.join(timeout=10)
+    assert got.start_ns == out["r"][0].start_ns == 250.0
+    # the send split the classes: {0,1} and {2,3}
+    assert coord.classes.classes() == {0: [0, 1], 2: [2, 3]}
+    # a rank whose call differs from its representative's is reported
+    bad = _req(2, ("dp01", 1), members=(0, 1), nbytes=7)
+    with pytest.raises(CoordinatorAborted, match="not like the rank that stood in for it"):
+        c2.exchange([bad])
+    coord.close()

@@ -174,7 +174,7 @@ class Coordinator:
     def _start_peers(self, req: Request) -> None:
         """A transfer between pipeline stages, say: both ends must run, and the group it
         went through separates classes."""
-        self.classes.saw_p2p(req.group_members or req.members)
+        self.classes.saw_p2p(req.group_members or req.members, req.members)
         for m in req.members:
             if m not in self.classes.running:
                 self.classes.add_running(m)

@@ -39,6 +39,7 @@ class RankClasses:
         self._families: dict[tuple, list[tuple[int, ...]]] = {}
         self._groups: set[tuple[int, ...]] = set()
         self._p2p_families: set[tuple] = set()
+        self._p2p_pairs: set[tuple[int, int]] = set()  # boundaries of world-group transfers
         self._dirty = True
         self._component: list[int] = []
         self._rep: dict[int, int] = {}  # component id -> its lowest running rank
@@ -60,9 +61,16 @@ class RankClasses:
             self.running.add(rank)
             self._dirty = True
 
-    def saw_p2p(self, members: tuple[int, ...]) -> None:
-        """Point-to-point traffic inside the group `members`: its family is a boundary."""
+    def saw_p2p(self, members: tuple[int, ...], pair: tuple[int, int] | None = None) -> None:
+        """Point-to-point traffic between `pair` inside the group `members`: the group's
+        family is a boundary. A group alone in its family (the world group) would put every
+        rank on one boundary; there the pair itself is the boundary."""
         key = family_key(members)
+        if len(self._families.get(key, ())) < 2 and pair is not None:
+            if tuple(pair) not in self._p2p_pairs:
+                self._p2p_pairs.add(tuple(pair))
+                self._dirty = True
+            return
         if key not in self._p2p_families:
             self._p2p_families.add(key)
             self._dirty = True
@@ -125,11 +133,11 @@ class RankClasses:
         # Which boundary groups each rank is in: two ranks sharing one are different classes.
         boundary_of: dict[int, set[int]] = {}
         boundary_id = 0
-        for key in self._p2p_families:
-            for g in self._families.get(key, []):
-                for m in g:
-                    boundary_of.setdefault(m, set()).add(boundary_id)
-                boundary_id += 1
+        boundaries = [g for key in self._p2p_families for g in self._families.get(key, [])]
+        for g in [*boundaries, *self._p2p_pairs]:
+            for m in g:
+                boundary_of.setdefault(m, set()).add(boundary_id)
+            boundary_id += 1
         for key, groups in self._families.items():
             if key in self._p2p_families or not all(_within_class(g, boundary_of) for g in groups):
                 continue
