@@ -81,6 +81,9 @@ class Coordinator:
         self.fatal_event = threading.Event()
         self.collectives = 0
         self.sibling_collectives = 0  # collectives run by groups nobody runs, on the network
+        # The first rank whose connection dropped before it finished: the others it left
+        # waiting fail after it, and the launcher reports this one.
+        self.first_exit: int | None = None
 
     # -- connections ----------------------------------------------------------------------
     def start(self) -> None:
@@ -119,6 +122,8 @@ class Coordinator:
                     state.gone = True
                     if not state.finished:
                         # The launcher reports the crash itself; the peers must not wait.
+                        if self.first_exit is None:
+                            self.first_exit = rank
                         self._abort_waiting(f"rank {rank} exited")
                     else:
                         self._check_deadlock()

@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 
 from phantom.launcher.config import ENV_VAR, RunConfig
-from phantom.launcher.forkserver import ForkServer
-from phantom.launcher.ray_executor import RayExecutor
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40
@@ -142,8 +140,7 @@ def _pump(stream, sink, prefix: str, log) -> None:
     stream.close()
 
 
-def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path,
-                server: ForkServer | None) -> _Rank:
+def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) -> _Rank:
     shown = config.tee == "all" or rank == 0
     log_path = log_dir / f"rank{rank}.log"
     if rank == 0 and config.tee != "all" and not config.log_dir:
@@ -176,7 +173,10 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path,
 
 
 def _launch_ranks(config: RunConfig, on_network=None) -> int:
+    # Imported here: `python -m phantom.launcher.forkserver` imports this package first.
     from phantom.distributed.coordinator import Coordinator
+    from phantom.launcher.forkserver import ForkServer
+    from phantom.launcher.ray_executor import RayExecutor
     from phantom.distributed.wire import socket_path
     from phantom.network import NetworkSimulator, load_cluster
 
@@ -368,10 +368,26 @@ def _supervise(config: RunConfig, ranks: list[_Rank], coordinator,
                 continue
             running.remove(r)
             if code != 0:
+                r, code = _first_failure(ranks, coordinator, r, code)
                 _report_failure(config, r, code)
                 return code if code > 0 else 1
         time.sleep(0.05)
     return 0
+
+
+def _first_failure(ranks: list[_Rank], coordinator, seen: _Rank, code: int) -> tuple[_Rank, int]:
+    """The rank to blame: the one that failed first. Its peers fail right after it (the
+    coordinator stops them), and their exits may be noticed first."""
+    first = next((r for r in ranks if r.rank == coordinator.first_exit), None)
+    if first is None or first is seen:
+        return seen, code
+    deadline = time.monotonic() + 2.0
+    while first.proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    first_code = first.proc.poll()
+    if first_code:
+        return first, first_code
+    return seen, code
 
 
 def _report_failure(config: RunConfig, r: _Rank, code: int) -> None:

@@ -109,25 +109,32 @@ class RayExecutor:
         self._actor_class = _rank_actor_class()
         self._sink = sink
         self._stop = threading.Event()
+        self._flush_lock = threading.Lock()
         self._drain_thread = threading.Thread(target=self._drain, daemon=True, name="phantom-ray-output")
         self._drain_thread.start()
 
     def start(self, rank: int, env: dict[str, str]) -> "RayRank":
         actor = self._actor_class.options(scheduling_strategy="SPREAD").remote()
-        return RayRank(self._ray, actor, actor.run.remote(rank, env, self._lines), rank)
+        return RayRank(self, actor, actor.run.remote(rank, env, self._lines), rank)
 
     def _drain(self) -> None:
         while not self._stop.is_set():
             self._flush(timeout=0.1)
 
     def _flush(self, timeout: float) -> None:
-        try:
-            batch = self._lines.get_nowait_batch(max(1, self._lines.qsize()))
-        except Exception:  # empty queue, or Ray going down at the end
+        with self._flush_lock:  # lines in order, whoever drains
+            try:
+                batch = self._lines.get_nowait_batch(max(1, self._lines.qsize()))
+            except Exception:  # empty queue, or Ray going down at the end
+                batch = []
+            for rank, tag, line in batch:
+                self._sink(rank, tag, line)
+        if not batch:
             time.sleep(timeout)
-            return
-        for rank, tag, line in batch:
-            self._sink(rank, tag, line)
+
+    def flush(self) -> None:
+        """Everything the actors have sent so far reaches the terminal and the logs."""
+        self._flush(timeout=0)
 
     def close(self) -> None:
         self._stop.set()
@@ -139,8 +146,9 @@ class RayExecutor:
 class RayRank:
     """What the launcher uses of `subprocess.Popen`, for a rank running in a Ray actor."""
 
-    def __init__(self, ray, actor, result_ref, rank: int) -> None:
-        self._ray = ray
+    def __init__(self, executor: RayExecutor, actor, result_ref, rank: int) -> None:
+        self._executor = executor
+        self._ray = executor._ray
         self._actor = actor
         self._ref = result_ref
         self.rank = rank
@@ -162,6 +170,9 @@ class RayRank:
         return self.returncode
 
     def _result(self) -> int:
+        # The actor queued all of the rank's output before returning: drain it, so that a
+        # failure report shows the rank's last lines.
+        self._executor.flush()
         try:
             return int(self._ray.get(self._ref))
         except Exception as e:  # the actor died (node lost, killed): a failed rank
