@@ -191,13 +191,19 @@ def patch_configs(module: ModuleType) -> None:
     compat_configs(module)
 
     # `parallelism.enable_fsdp_symm_mem` makes FSDP2 communicate through symmetric memory
-    # (torch.distributed._symmetric_memory), which has no simulated counterpart.
+    # (torch.distributed._symmetric_memory), which has no simulated counterpart; the
+    # spmd_types and full_dtensor backends fail on torch < 2.14 (see compat_configs).
     original_post_init = module.ParallelismConfig.__post_init__
 
     def __post_init__(self):
         if self.enable_fsdp_symm_mem:
             raise SimulationError("phantom: --parallelism.enable_fsdp_symm_mem (symmetric-"
                                   "memory FSDP) is not simulated (README, 'TorchTitan').")
+        if self.spmd_backend != "partial_dtensor" and _torch_version() < (2, 14):
+            raise SimulationError(
+                f"phantom: --parallelism.spmd_backend {self.spmd_backend} needs torch >= 2.14 "
+                f"(FSDP2 over a full SPMD mesh); this is torch {torch.__version__}. Use "
+                "partial_dtensor (the default under phantom) (README, 'TorchTitan').")
         original_post_init(self)
 
     module.ParallelismConfig.__post_init__ = __post_init__
