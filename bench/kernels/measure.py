@@ -208,6 +208,22 @@ def gemm_alignment_cases() -> Iterator[Case]:
                 yield bmm_case(bsz, mn, mn, k)
 
 
+def gemm_alignment_both_cases() -> Iterator[Case]:
+    """Both K (the inputs' leading dimension) and N (the output's) misaligned, and aligned
+    batched GEMMs of non-power-of-two M = N with short K (output-write bound). Measured after
+    gemm_align showed that one misaligned side costs ~3x and both more."""
+    for m in (1024, 4096, 16384):
+        for n, k in ((1500, 3004), (3004, 1500), (2502, 2502), (1500, 1500), (6148, 3004)):
+            yield gemm_case(m, n, k, tag="align.nk")
+    for m in (1024, 16384):
+        for n, k in ((1001, 3001), (3001, 1001)):
+            yield gemm_case(m, n, k, tag="align.nk")
+    for bsz in (16, 32, 64):
+        for mn in (768, 1200, 1800, 2400):
+            for k in (64, 128):
+                yield bmm_case(bsz, mn, mn, k)
+
+
 # --------------------------------------------------------------------------------------
 # Attention (flash, through the aten op phantom sees)
 # --------------------------------------------------------------------------------------
@@ -798,7 +814,8 @@ class Timer:
 # Driver
 # --------------------------------------------------------------------------------------
 GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
-    ("gemm", gemm_cases), ("gemm_align", gemm_alignment_cases), ("attention", attention_cases), ("elementwise", elementwise_cases),
+    ("gemm", gemm_cases), ("gemm_align", gemm_alignment_cases), ("gemm_align2", gemm_alignment_both_cases),
+    ("attention", attention_cases), ("elementwise", elementwise_cases),
     ("reduction", reduction_cases), ("norm", norm_cases), ("softmax", softmax_cases), ("loss", loss_cases),
     ("embedding", embedding_cases), ("copy", copy_cases), ("random", random_cases),
     ("optimizer", optimizer_cases), ("conv", conv_cases), ("other", other_cases), ("transfer", transfer_cases),

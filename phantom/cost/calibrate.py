@@ -52,6 +52,7 @@ from phantom.cost.calibration import (
 from phantom.cost.roofline import (
     attention_time_ns,
     attention_work,
+    byte_alignment,
     conv_channel_padding,
     gemm_point,
     gemm_residual,
@@ -84,6 +85,9 @@ BOUNDS: dict[str, tuple[float, float, bool]] = {
     "d2h_pageable_gbps": (0.5, 500.0, True),
     "conv_scale": (0.05, 2.0, True),
     "unaligned_scale": (0.02, 1.0, True),
+    "misaligned_scale": (0.02, 1.0, True),
+    "misaligned_k_half": (1.0, 16384.0, True),
+    "misaligned_wave_gamma": (0.0, 1.0, False),
     "fill_gamma": (0.0, 1.0, False),
 }
 TILES = (64, 128, 256)
@@ -180,16 +184,17 @@ def _gemm_rows(rows: list[Row], prec: str) -> list[Row]:
 ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp8": 1}
 
 
-def _gemm_aligned(prec: str, p: dict[str, Any]) -> bool:
-    """Leading dimensions of x[M,K] @ W[N,K]^T -> [M,N] (or bmm's [B,K,N]) are K and N."""
+def _gemm_alignment(prec: str, p: dict[str, Any]) -> int:
+    """Byte alignment of the worse leading dimension of x[M,K] @ W[N,K]^T -> [M,N] (or bmm's
+    [B,K,N]): K and N."""
     esz = ELEMENT_BYTES.get(prec, 2)
-    return (p["K"] * esz) % 16 == 0 and (p["N"] * esz) % 16 == 0
+    return min(byte_alignment(p["K"] * esz), byte_alignment(p["N"] * esz))
 
 
 def _gemm_pred(cal: GemmCal, prec: str, gpu: GPUSpec, r: Row, eff_scale: float = 1.0, correct: bool = False) -> float:
     p = r["params"]
     return gemm_time_ns(cal, prec, gpu, p.get("batch", 1), p["M"], p["N"], p["K"], r["flops"], r["bytes"], eff_scale,
-                        aligned=_gemm_aligned(prec, p), correct=correct)
+                        align_bytes=_gemm_alignment(prec, p), correct=correct)
 
 
 GEMM_SHAPE_PARAMS = ("eff_max", "k_half", "wave_gamma", "fill_gamma", "split_k_min", "floor_us", "mem_eff",
@@ -209,12 +214,19 @@ def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str]
         notes["gemm"] = "no bf16 GEMM rows: seed kept"
         return seed
     base = seed.curves["bf16"]
+    # 4- and 8-byte aligned shapes get their own factor only where the sweep measured some.
+    names = GEMM_SHAPE_PARAMS
+    if any(4 <= _gemm_alignment("bf16", r["params"]) < 16 for r in bf16):
+        names += ("misaligned_scale", "misaligned_k_half", "misaligned_wave_gamma")
+    else:
+        notes["gemm.misaligned_scale"] = "no 4/8-byte aligned rows: unaligned_scale for every misalignment"
     best: tuple[float, GemmCal] | None = None
     for tm in TILES:
         for tn in TILES:
             def make(p: dict[str, float], tm: int = tm, tn: int = tn) -> GemmCal:
                 curve = GemmCurve(p["eff_max"], p["k_half"], tm, tn, p["wave_gamma"], p["split_k_min"],
-                                  p["unaligned_scale"], p["fill_gamma"])
+                                  p["unaligned_scale"], p["fill_gamma"], p.get("misaligned_scale"),
+                                  p.get("misaligned_k_half"), p.get("misaligned_wave_gamma"))
                 return GemmCal(p["floor_us"], p["mem_eff"], seed.conv_scale, {"bf16": curve})
 
             def loss(p: dict[str, float], make: Callable = make) -> float:
@@ -224,8 +236,11 @@ def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str]
             for wave, fill in GAMMA_STARTS:
                 start = {"eff_max": base.eff_max, "k_half": base.k_half, "wave_gamma": wave, "fill_gamma": fill,
                          "split_k_min": base.split_k_min, "floor_us": seed.floor_us, "mem_eff": seed.mem_eff,
-                         "unaligned_scale": base.unaligned_scale}
-                params, val = fit(GEMM_SHAPE_PARAMS, start, loss)
+                         "unaligned_scale": base.unaligned_scale,
+                         "misaligned_scale": base.misaligned_scale or 0.3,
+                         "misaligned_k_half": base.misaligned_k_half or base.k_half,
+                         "misaligned_wave_gamma": 0.5}
+                params, val = fit(names, start, loss)
                 if best is None or val < best[0]:
                     best = (val, make(params))
     assert best is not None
@@ -265,7 +280,7 @@ def _residual_points(rows: list[Row], prec: str, gpu: GPUSpec, cal: GemmCal) -> 
         p = r["params"]
         at = gemm_point(p.get("batch", 1), p["M"], p["N"], p["K"])
         res = math.log(r["median_us"] * 1e3 / _gemm_pred(cal, prec, gpu, r))
-        acc.setdefault((_gemm_aligned(prec, p), *at), []).append(res)
+        acc.setdefault((_gemm_alignment(prec, p) >= 16, *at), []).append(res)
     out: dict[bool, list[tuple]] = {True: [], False: []}
     for (aligned, *at), rs in sorted(acc.items()):
         out[aligned].append((*(round(v, 4) for v in at), round(sum(rs) / len(rs), 4)))
@@ -288,7 +303,7 @@ def fit_gemm_residuals(rows: list[Row], gpu: GPUSpec, cal: GemmCal, notes: dict[
             p = r["params"]
             at = gemm_point(p.get("batch", 1), p["M"], p["N"], p["K"])
             corr = gemm_residual(res["bf16"], p.get("batch", 1), p["M"], p["N"], p["K"],
-                                 _gemm_aligned("bf16", p), skip=tuple(round(v, 4) for v in at))
+                                 _gemm_alignment("bf16", p), skip=tuple(round(v, 4) for v in at))
             errs.append(abs(_gemm_pred(trial, "bf16", gpu, r) * corr / (r["median_us"] * 1e3) - 1.0))
         return errs
 

@@ -38,7 +38,7 @@ class GemmCurve:
     """Achieved fraction of one precision's peak for a GEMM of shape (batch, M, N, K).
 
     eff = eff_max * wave_util(work units over SMs) ** gamma * K_eff / (K_eff + k_half)
-          * tile padding of M and N  [* unaligned_scale]
+          * tile padding of M and N  [* misaligned_scale | unaligned_scale]
     where work units are output tiles (tile_m x tile_n), split along K when there are fewer
     tiles than SMs (cuBLAS split-K, slices of at least split_k_min), and K_eff is the K depth one
     work unit walks (its pipeline fill/drain is paid once per unit). gamma is fill_gamma when
@@ -46,10 +46,12 @@ class GemmCurve:
     for the tail of the last of several waves (Hopper's persistent cuBLAS kernels spread that
     tail over the SMs: fitted wave_gamma is close to 0, fill_gamma about 0.55); fill_gamma None
     means wave_gamma for both (files fitted before the two were told apart).
-    unaligned_scale applies when an operand's leading dimension is not a multiple of 16 bytes:
-    cuBLAS then cannot use its TMA/tensor-core kernels (measured on H100: a 4095^3 bf16 GEMM
-    runs 6x slower than 4096^3, and so does GPT-2's 50257-wide LM head). It is fitted on odd
-    sizes (2-byte alignment); 4- and 8-byte alignments are not in the sweep and get the same.
+    The alignment factor applies when an operand's leading dimension is not a multiple of 16
+    bytes, so cuBLAS cannot use its TMA/tensor-core fast path. Measured on H100 and H200
+    (`bench/kernels/measure.py`'s gemm_align group): 4- and 8-byte aligned shapes run at about a
+    third of the aligned rate (misaligned_scale), 2-byte aligned ones (odd sizes: a 4095^3 GEMM,
+    GPT-2's 50257-wide LM head) at about a sixth (unaligned_scale). misaligned_scale None means
+    unaligned_scale for both (files fitted before the classes were told apart).
     """
 
     eff_max: float
@@ -60,6 +62,27 @@ class GemmCurve:
     split_k_min: float
     unaligned_scale: float = 1.0
     fill_gamma: float | None = None
+    misaligned_scale: float | None = None
+    misaligned_k_half: float | None = None  # the 4/8-byte kernels' k_half (None: k_half)
+    # The 4/8-byte kernels' exponent on the last wave's tail: they are not Hopper's persistent
+    # TMA kernels, so a partial last wave idles SMs (2500^3: 400 tiles = 3.03 waves of 132).
+    misaligned_wave_gamma: float | None = None
+
+    def k_half_for(self, align_bytes: int) -> float:
+        """K half-saturation depth of the kernel cuBLAS picks at this alignment: the 4/8-byte
+        kernels load without TMA and pay a longer prologue per tile (measured: at M = N = 1024
+        they go from 126 to 207 TFLOP/s as K goes 1500 -> 6148 on H100, aligned ones far less)."""
+        if 4 <= align_bytes < 16 and self.misaligned_k_half is not None:
+            return self.misaligned_k_half
+        return self.k_half
+
+    def alignment_scale(self, align_bytes: int) -> float:
+        """Efficiency factor of a GEMM whose worst leading dimension is `align_bytes`-aligned."""
+        if align_bytes >= 16:
+            return 1.0
+        if align_bytes >= 4 and self.misaligned_scale is not None:
+            return self.misaligned_scale
+        return self.unaligned_scale
 
 
 @dataclass(frozen=True)
@@ -68,7 +91,7 @@ class GemmResiduals:
 
     Each sweep row of one precision leaves a point (log2(batch*M), log2 N, log2 K, r) with
     r = ln(measured / curve's time). A shape's correction is exp of the Gaussian-weighted mean
-    of the r of its alignment class (16-byte aligned or not), the weights exp(-d^2 / 2 h^2) of
+    of the r of its alignment class (16-byte aligned or not; the class factor is in the curve), the weights exp(-d^2 / 2 h^2) of
     the distance d in log2 units, plus a weight w0 on r = 0: on the grid it reproduces the
     measurements up to the neighbours' share; between grid points it blends them; far from any
     (a shape the sweep never came near) it fades to the analytic curve. h and w0 are chosen by

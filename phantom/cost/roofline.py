@@ -185,16 +185,19 @@ def wave_util(units: float, sms: int) -> float:
     return units / (math.ceil(units / sms) * sms)
 
 
-def gemm_wave_factor(curve: Any, units: int, sms: int) -> float:
+def gemm_wave_factor(curve: Any, units: int, sms: int, align_bytes: int = 16) -> float:
     """wave_util ** gamma: fill_gamma for fewer units than SMs (one partial wave), else wave_gamma
-    (the tail of the last of several waves; see GemmCurve)."""
+    (the tail of the last of several waves; see GemmCurve), or misaligned_wave_gamma for the
+    4/8-byte kernels."""
     gamma = curve.wave_gamma
     if units < sms and getattr(curve, "fill_gamma", None) is not None:
         gamma = curve.fill_gamma
+    elif 4 <= align_bytes < 16 and getattr(curve, "misaligned_wave_gamma", None) is not None:
+        gamma = curve.misaligned_wave_gamma
     return wave_util(units, sms) ** gamma
 
 
-def gemm_efficiency(curve: Any, sms: int, batch: int, m: int, n: int, k: int, aligned: bool = True) -> float:
+def gemm_efficiency(curve: Any, sms: int, batch: int, m: int, n: int, k: int, align_bytes: int = 16) -> float:
     tiles_m, tiles_n = math.ceil(m / curve.tile_m), math.ceil(n / curve.tile_n)
     tiles = max(1, batch * tiles_m * tiles_n)
     split = 1
@@ -202,8 +205,8 @@ def gemm_efficiency(curve: Any, sms: int, batch: int, m: int, n: int, k: int, al
         split = max(1, min(sms // tiles, int(k // curve.split_k_min)))
     k_eff = k / split
     pad = (m / (tiles_m * curve.tile_m)) * (n / (tiles_n * curve.tile_n))
-    return (curve.eff_max * gemm_wave_factor(curve, tiles * split, sms)
-            * k_eff / (k_eff + curve.k_half) * pad * (1.0 if aligned else curve.unaligned_scale))
+    return (curve.eff_max * gemm_wave_factor(curve, tiles * split, sms, align_bytes)
+            * k_eff / (k_eff + curve.k_half_for(align_bytes)) * pad * curve.alignment_scale(align_bytes))
 
 
 def gemm_point(batch: int, m: int, n: int, k: int) -> tuple[float, float, float]:
@@ -211,13 +214,13 @@ def gemm_point(batch: int, m: int, n: int, k: int) -> tuple[float, float, float]
     return (math.log2(max(1, batch * m)), math.log2(max(1, n)), math.log2(max(1, k)))
 
 
-def gemm_residual(res: Any, batch: int, m: int, n: int, k: int, aligned: bool = True,
+def gemm_residual(res: Any, batch: int, m: int, n: int, k: int, align_bytes: int = 16,
                   skip: tuple[float, float, float] | None = None) -> float:
     """Multiplicative correction of the analytic GEMM time, interpolated from the sweep's
     residuals (see GemmResiduals); `skip` leaves out the points at one location (cross-validation)."""
     if res is None:
         return 1.0
-    points = res.aligned if aligned else res.unaligned
+    points = res.aligned if align_bytes >= 16 else res.unaligned
     if not points:
         return 1.0
     x, y, z = gemm_point(batch, m, n, k)
@@ -235,18 +238,18 @@ def gemm_residual(res: Any, batch: int, m: int, n: int, k: int, aligned: bool = 
 
 
 def gemm_time_ns(cal: GemmCal, prec: str, gpu: GPUSpec, batch: int, m: int, n: int, k: int,
-                 flops: float, nbytes: float, eff_scale: float = 1.0, aligned: bool = True,
+                 flops: float, nbytes: float, eff_scale: float = 1.0, align_bytes: int = 16,
                  correct: bool = True) -> float:
     """Analytic time (launch floor + the slower of compute and memory) times the residual
     correction interpolated from the sweep (`correct`: off for convolutions and while fitting)."""
     curve = cal.curves.get(prec) or cal.curves["bf16"]
     peak = gpu.peak_tflops(prec if prec in ("bf16", "fp16", "tf32", "fp32", "fp8") else "fp32") * 1e12
-    eff = max(gemm_efficiency(curve, gpu.sm_count, batch, m, n, k, aligned) * eff_scale, 1e-4)
+    eff = max(gemm_efficiency(curve, gpu.sm_count, batch, m, n, k, align_bytes) * eff_scale, 1e-4)
     t_compute = flops / (peak * eff) if flops > 0 else 0.0
     t_memory = nbytes / (gpu.hbm_gbps * 1e9 * cal.mem_eff)
     ns = cal.floor_us * 1e3 + max(t_compute, t_memory) * 1e9
     if correct and cal.residuals:
-        ns *= gemm_residual(cal.residuals.get(prec), batch, m, n, k, aligned)
+        ns *= gemm_residual(cal.residuals.get(prec), batch, m, n, k, align_bytes)
     return ns
 
 
@@ -720,8 +723,8 @@ class RooflineCostModel:
             flops = 2.0 * batch * m * n * k
         nbytes = self._io_bytes(info, a, out)
         prec = _precision(x.dtype if x is not None else torch.float32, "matmul")
-        aligned = _leading_dims_aligned(_tensors((a.args, out)))
-        ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, batch, m, n, k, flops, nbytes, aligned=aligned)
+        align = leading_dim_alignment(_tensors((a.args, out)))
+        ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, batch, m, n, k, flops, nbytes, align_bytes=align)
         return self._cost(ns, "gemm", flops, nbytes)
 
     def _conv(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:
@@ -879,8 +882,17 @@ def _attention_backend(name: str) -> str:
     return "flash"  # flash, and the overrideable/unknown fused kernels
 
 
-def _leading_dims_aligned(tensors: Iterable[torch.Tensor]) -> bool:
-    """True if every matrix operand's leading dimension is a multiple of 16 bytes (cuBLAS fast path)."""
+def byte_alignment(nbytes: int) -> int:
+    """The largest of 16, 8, 4, 2, 1 dividing `nbytes` (cuBLAS's fast path needs 16)."""
+    for a in (16, 8, 4, 2):
+        if nbytes % a == 0:
+            return a
+    return 1
+
+
+def leading_dim_alignment(tensors: Iterable[torch.Tensor]) -> int:
+    """Byte alignment of the worst matrix operand's leading dimension (16 = cuBLAS fast path)."""
+    worst = 16
     for t in tensors:
         if t.dim() < 2:
             continue
@@ -888,9 +900,8 @@ def _leading_dims_aligned(tensors: Iterable[torch.Tensor]) -> bool:
         if 1 in sizes:
             continue  # a vector: no leading dimension to align
         lead = strides[0] if strides[1] == 1 else strides[1]
-        if (lead * t.element_size()) % 16:
-            return False
-    return True
+        worst = min(worst, byte_alignment(lead * t.element_size()))
+    return worst
 
 
 def _has_fp32(sig: Any) -> bool:
