@@ -208,6 +208,14 @@ def test_rebuild_makes_valid_indices_and_runs():
     assert make()[0][0].stride() == (1, 8)
     with pytest.raises(Unrebuildable, match="depends on tensor values"):
         rebuild(call_spec(aten.nonzero.default, (w,), {}), device="cpu")
+    # _assert_async on random data would fire (a device-side assert ends the GPU timing process)
+    flag = torch.empty((), dtype=torch.bool, device="meta")
+    spec = call_spec(aten._assert_async.msg, (flag, "must hold"), {})
+    spec["args"][0]["device"] = "cuda"
+    func, make, _ = rebuild(spec, device="cpu")
+    for _ in range(5):
+        args, kwargs = make()
+        func(*args, **kwargs)  # raises if the rebuilt flag is False
 
 
 # ---- end to end: report fields and the record step -----------------------------------------
