@@ -278,3 +278,27 @@ def test_timing_a_recorded_call_on_the_gpu(tmp_path):
     assert res["timed"] == 1
     ns = load_db(path).rows[rec["key"]].ns
     assert 1_000 < ns < 1_000_000  # a 1k bf16 GEMM: microseconds, not nanoseconds or milliseconds
+
+
+FUSED = """
+import torch
+x = torch.randn(512, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+w = torch.ones(256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+y = torch.nn.functional.rms_norm(x, (256,), w, 1e-5)
+(torch.nn.functional.silu(y) * y).sum().backward()
+assert x.grad.shape == x.shape and w.grad.shape == w.shape
+torch.cuda.synchronize()
+"""
+
+
+def test_fused_cuda_ops_stay_fused(tmp_path):
+    """F.rms_norm and silu's backward run as one kernel each on a CUDA build; the CPU build
+    would decompose them into pow/mean/rsqrt/sigmoid/... kernels (patches.FUSED_ON_CUDA_BUILDS)."""
+    s, rec = tmp_path / "fused.py", tmp_path / "rec.json"
+    s.write_text(FUSED)
+    proc = run_phantom(["profile", "--record-only", str(rec), "--", str(s)], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ops = {r["op"] for r in json.loads(rec.read_text())["records"]}
+    assert {"aten._fused_rms_norm.default", "aten._fused_rms_norm_backward.default",
+            "aten.silu_backward.default"} <= ops
+    assert not ops & {"aten.rsqrt.default", "aten.pow.Tensor_Scalar", "aten.sigmoid.default"}
