@@ -224,6 +224,16 @@ def gemm_alignment_both_cases() -> Iterator[Case]:
                 yield bmm_case(bsz, mn, mn, k)
 
 
+def gemm_dense_cases() -> Iterator[Case]:
+    """A denser regular grid of aligned x@W^T shapes (the main grid steps M by 4x and N, K by
+    up to 4x): M from 320 to 20480, N from 512 to 6144, K from 640 to 6144, doubling steps
+    offset from the main grid's powers of two."""
+    for m in (320, 640, 1280, 2560, 5120, 10240, 20480):
+        for n in (512, 1536, 3072, 6144):
+            for k in (640, 1280, 3072, 6144):
+                yield gemm_case(m, n, k, tag="dense")
+
+
 # --------------------------------------------------------------------------------------
 # Attention (flash, through the aten op phantom sees)
 # --------------------------------------------------------------------------------------
@@ -814,7 +824,7 @@ class Timer:
 # Driver
 # --------------------------------------------------------------------------------------
 GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
-    ("gemm", gemm_cases), ("gemm_align", gemm_alignment_cases), ("gemm_align2", gemm_alignment_both_cases),
+    ("gemm", gemm_cases), ("gemm_align", gemm_alignment_cases), ("gemm_align2", gemm_alignment_both_cases), ("gemm_dense", gemm_dense_cases),
     ("attention", attention_cases), ("elementwise", elementwise_cases),
     ("reduction", reduction_cases), ("norm", norm_cases), ("softmax", softmax_cases), ("loss", loss_cases),
     ("embedding", embedding_cases), ("copy", copy_cases), ("random", random_cases),
