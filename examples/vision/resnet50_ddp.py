@@ -4,7 +4,9 @@ Launched by torchrun, one process per GPU; synthetic images and labels (made on 
 data loader would, and copied to the GPU each step), so the loss is meaningless and the point
 is the speed and memory of a realistic step: the recipe of torchvision's reference
 classification script (SGD with momentum 0.9, weight decay 1e-4, label smoothing 0.1) with
-bf16 autocast and, by default, channels_last.
+bf16 autocast and, by default, channels_last. cuDNN picks its algorithms by its heuristics
+(`torch.backends.cudnn.benchmark` stays off: its trial runs would allocate workspaces that
+set the peak memory of the first step).
 
     torchrun --nproc-per-node 2 examples/vision/resnet50_ddp.py --batch-size 128
 
@@ -39,7 +41,6 @@ def main() -> None:
     rank, local_rank, world = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"])
     torch.cuda.set_device(local_rank)
     dist.init_process_group("nccl")
-    torch.backends.cudnn.benchmark = True
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     memory_format = torch.channels_last if args.memory_format == "channels_last" else torch.contiguous_format

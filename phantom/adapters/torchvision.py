@@ -35,13 +35,16 @@ def skip_missing_op_rules() -> Iterator[None]:
     """While `torchvision._meta_registrations` runs: `register_fake` of an op torchvision's
     extension did not define becomes a no-op decorator."""
     real = torch.library.register_fake
+    warned = []
 
     def register_fake(op: Any, *args: Any, **kwargs: Any):
         if isinstance(op, str) and op.startswith("torchvision::") and not _op_exists(op):
-            warnings.warn(
-                "torchvision's C++ ops are not available with this torch build (its PyPI wheel "
-                "needs a CUDA build of torch); models and transforms work, torchvision.ops "
-                "such as nms do not", stacklevel=2)
+            if not warned:
+                warned.append(op)
+                warnings.warn(
+                    "torchvision's C++ ops are not available with this torch build (its PyPI "
+                    "wheel needs a CUDA build of torch); models and transforms work, "
+                    "torchvision.ops such as nms do not", stacklevel=2)
             if args and callable(args[0]):
                 return args[0]
             return lambda fn: fn
