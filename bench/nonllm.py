@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 # name -> (script, arguments): the same on both sides.
 WORKLOADS: dict[str, tuple[str, list[str]]] = {
-    "resnet50": ("examples/vision/resnet50_ddp.py", ["--batch-size", "128", "--steps", "10", "--warmup", "4"]),
+    "resnet50": ("examples/vision/resnet50_ddp.py", ["--batch-size", "256", "--steps", "10", "--warmup", "4"]),
     "gat": ("examples/graph/gat_ddp.py", ["--nodes", "100000", "--avg-degree", "16", "--steps", "10",
                                           "--warmup", "3"]),
     "unet": ("examples/diffusion/unet_ddp.py", ["--batch-size", "8", "--steps", "8", "--warmup", "3"]),
