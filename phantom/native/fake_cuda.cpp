@@ -24,7 +24,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
+
+#ifdef PHANTOM_CUDA_BUILD
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
+#endif
 
 namespace phantom {
 
@@ -128,6 +133,27 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
 };
 
 }  // namespace phantom
+
+#ifdef PHANTOM_CUDA_BUILD
+// DDP's reducer times its first iterations with the timer registered for the parameters'
+// device type; libtorch_cuda's CudaTimer records real CUDA events (cudaErrorInsufficientDriver
+// without a driver). A host-clock timer, as the CPU build's reducer falls back to, replaces it:
+// it only feeds DDP's runtime logging.
+namespace phantom {
+struct HostTimer final : public c10d::Timer {
+  explicit HostTimer(c10::Device) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    int64_t a = getTimeRef(start), b = getTimeRef(end);
+    if (a == c10d::kUnsetTime || b == c10d::kUnsetTime) return std::nullopt;
+    return b - a;
+  }
+};
+}  // namespace phantom
+namespace c10d {
+C10_REGISTER_TYPED_CLASS_WITH_PRIORITY(TimerRegistry, c10::kCUDA, c10::REGISTRY_PREFERRED,
+                                       phantom::HostTimer)
+}  // namespace c10d
+#endif
 
 // libtorch creates its hooks object by the registry key "CUDAHooks".
 namespace at {
