@@ -122,3 +122,31 @@ def test_conv_output_keeps_channels_last_as_cudnn_does(tmp_path, script):
     proc = run_phantom(["run", "--quiet", str(path)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "out True" in proc.stdout and "grad True" in proc.stdout, proc.stdout
+
+
+# ---- cost model ----------------------------------------------------------------------
+def test_conv_fallback_reads_layout_precision_and_direction():
+    """H200's calibration has a conv scale per precision.layout.direction (calibrate_conv.py):
+    cuDNN's native NHWC is faster than NCHW at the same FLOPs, as the sweep measured."""
+    import torch
+
+    from phantom.cost.roofline import RooflineCostModel, conv_layout
+    from phantom.hardware import get_gpu
+
+    aten = torch.ops.aten
+    model = RooflineCostModel(get_gpu("H200"))
+    assert {"bf16.channels_last.fwd", "bf16.contiguous.bwd"} <= set(model.cal.gemm.conv_scales)
+
+    def fwd(cl: bool) -> float:
+        x = torch.empty(128, 256, 56, 56, dtype=torch.bfloat16, device="meta")
+        w = torch.empty(256, 256, 3, 3, dtype=torch.bfloat16, device="meta")
+        if cl:
+            x, w = x.to(memory_format=torch.channels_last), w.to(memory_format=torch.channels_last)
+        assert conv_layout(x) == ("channels_last" if cl else "contiguous")
+        args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1)
+        return model.estimate(aten.convolution.default, args, {}, aten.convolution.default(*args)).gpu_ns
+
+    nhwc, nchw = fwd(True), fwd(False)
+    assert nhwc < nchw
+    # 2*128*256*56*56*256*9 = 236.7 GFLOP: between 30% and 100% of the H200's 989 TFLOP/s bf16 peak
+    assert 236.7e9 / 0.989e15 * 1e9 < nhwc < 236.7e9 / 0.3e15 * 1e9
