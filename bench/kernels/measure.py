@@ -710,6 +710,185 @@ def other_cases() -> Iterator[Case]:
 
 
 # --------------------------------------------------------------------------------------
+# Vision, diffusion and graph workloads (issue 10): convolutions over layouts and dtypes, the
+# norms, pooling and upsampling around them, and the gather/scatter ops of message passing
+# --------------------------------------------------------------------------------------
+def _fmt(t: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    return t.contiguous(memory_format=torch.channels_last) if channels_last and t.dim() == 4 else t
+
+
+def conv_layout_case(n: int, c: int, hw: int, k: int, r: int, stride: int, bwd: bool, dtype: torch.dtype,
+                     channels_last: bool) -> Case:
+    """A conv2d (forward, or backward for input and weight) in one memory format and dtype."""
+    pad = r // 2
+    ho = (hw + 2 * pad - r) // stride + 1
+    es = 2 if dtype != FP32 else 4
+    flops = 2.0 * n * k * ho * ho * c * r * r
+    x_b, w_b, y_b = es * n * c * hw * hw, es * k * c * r * r, es * n * k * ho * ho
+    layout = "channels_last" if channels_last else "contiguous"
+    params = {"N": n, "C": c, "H": hw, "W": hw, "K": k, "R": r, "stride": stride, "Ho": ho, "bwd": bwd,
+              "layout": layout}
+    shapes = [[n, c, hw, hw], [k, c, r, r]]
+    dn = dname(dtype)
+    extra = {"tf32": dtype == FP32}  # fp32 convs on tensor cores, as scripts that allow tf32 get
+    if not bwd:
+        return Case("convolution", "conv", shapes, dn, params, flops, x_b + w_b + y_b,
+                    lambda: (_fmt(rand((n, c, hw, hw), dtype), channels_last),
+                             _fmt(rand((k, c, r, r), dtype, scale=0.05), channels_last)),
+                    lambda b: F.conv2d(b[0], b[1], stride=stride, padding=pad), in_bytes=x_b + w_b, extra=extra)
+
+    def make():
+        return (_fmt(rand((n, k, ho, ho), dtype), channels_last), _fmt(rand((n, c, hw, hw), dtype), channels_last),
+                _fmt(rand((k, c, r, r), dtype, scale=0.05), channels_last))
+
+    def fn(b):
+        return aten.convolution_backward(b[0], b[1], b[2], None, [stride] * 2, [pad] * 2, [1, 1], False, [0, 0], 1,
+                                         [True, True, False])
+
+    return Case("convolution_backward", "conv", shapes, dn, params, 2 * flops, 2 * (x_b + w_b) + y_b,
+                make, fn, in_bytes=x_b + w_b + y_b, extra=extra)
+
+
+# (N, C, H, K, R, stride): ResNet-50 stages at batch 128 (stem, 1x1 and 3x3 of each stage) and SD
+# UNet levels at batch 8 (64x64 latents: 320, 640, 1280 channels).
+CONV_LAYOUT_SHAPES = ((128, 3, 224, 64, 7, 2), (128, 64, 56, 64, 3, 1), (128, 256, 56, 64, 1, 1),
+                      (128, 128, 28, 128, 3, 1), (128, 1024, 14, 256, 1, 1), (128, 512, 7, 512, 3, 1),
+                      (8, 320, 64, 320, 3, 1), (8, 640, 32, 640, 3, 1), (8, 1280, 16, 1280, 3, 1),
+                      (8, 1280, 8, 1280, 3, 1))
+
+
+def conv_layout_cases() -> Iterator[Case]:
+    for n, c, hw, k, r, s in CONV_LAYOUT_SHAPES:
+        for dtype in (BF16, FP32):
+            for cl in (True, False):
+                yield conv_layout_case(n, c, hw, k, r, s, False, dtype, cl)
+                if c != 3:
+                    yield conv_layout_case(n, c, hw, k, r, s, True, dtype, cl)
+
+
+def spatial_cases() -> Iterator[Case]:
+    """Batch and group norm, pooling and upsampling on NCHW activations (bytes-bound kernels)."""
+    for n, c, hw, cl in ((128, 64, 112, True), (128, 256, 56, True), (128, 1024, 14, True), (128, 64, 112, False),
+                         (8, 320, 64, False), (8, 1280, 16, False)):
+        numel = n * c * hw * hw
+        es = 2
+        x_b = es * numel
+        prm = {"N": n, "C": c, "H": hw, "W": hw, "layout": "channels_last" if cl else "contiguous", "numel": numel}
+
+        def make_bn(n=n, c=c, hw=hw, cl=cl):
+            return (_fmt(rand((n, c, hw, hw)), cl), rand((c,), FP32), rand((c,), FP32), rand((c,), FP32),
+                    rand((c,), FP32))
+
+        yield Case("native_batch_norm", "norm", [[n, c, hw, hw], [c]], "bf16", prm, 8.0 * numel, 2 * x_b, make_bn,
+                   lambda b: aten.native_batch_norm(b[0], b[1], b[2], b[3], b[4], True, 0.1, 1e-5), in_bytes=x_b)
+
+        def make_bn_bwd(n=n, c=c, hw=hw, cl=cl):
+            x, w = _fmt(rand((n, c, hw, hw)), cl), rand((c,), FP32)
+            _, mean, invstd = aten.native_batch_norm(x, w, rand((c,), FP32), None, None, True, 0.1, 1e-5)
+            return _fmt(rand((n, c, hw, hw)), cl), x, w, mean, invstd
+
+        yield Case("native_batch_norm_backward", "norm", [[n, c, hw, hw], [n, c, hw, hw]], "bf16", prm, 12.0 * numel,
+                   3 * x_b, make_bn_bwd,
+                   lambda b: aten.native_batch_norm_backward(b[0], b[1], b[2], None, None, b[3], b[4], True, 1e-5,
+                                                             [True, True, True]), in_bytes=2 * x_b)
+        if not cl:
+            def make_gn(n=n, c=c, hw=hw):
+                return rand((n, c, hw, hw)), rand((c,)), rand((c,))
+
+            yield Case("native_group_norm", "norm", [[n, c, hw, hw], [c]], "bf16", prm, 8.0 * numel, 2 * x_b, make_gn,
+                       lambda b, n=n, c=c, hw=hw: aten.native_group_norm(b[0], b[1], b[2], n, c, hw * hw, 32, 1e-5),
+                       in_bytes=x_b)
+
+            def make_gn_bwd(n=n, c=c, hw=hw):
+                x, w = rand((n, c, hw, hw)), rand((c,))
+                _, mean, rstd = aten.native_group_norm(x, w, rand((c,)), n, c, hw * hw, 32, 1e-5)
+                return rand((n, c, hw, hw)), x, mean, rstd, w
+
+            yield Case("native_group_norm_backward", "norm", [[n, c, hw, hw], [n, c, hw, hw]], "bf16", prm,
+                       12.0 * numel, 3 * x_b, make_gn_bwd,
+                       lambda b, n=n, c=c, hw=hw: aten.native_group_norm_backward(b[0], b[1], b[2], b[3], b[4], n, c,
+                                                                                  hw * hw, 32, [True, True, True]),
+                       in_bytes=2 * x_b)
+
+            yield Case("upsample_nearest2d", "other", [[n, c, hw, hw]], "bf16", prm, float(4 * numel), 5 * x_b,
+                       lambda n=n, c=c, hw=hw: (rand((n, c, hw, hw)),),
+                       lambda b: F.interpolate(b[0], scale_factor=2.0, mode="nearest"), in_bytes=x_b)
+            yield Case("upsample_nearest2d_backward", "other", [[n, c, 2 * hw, 2 * hw]], "bf16", prm, float(4 * numel),
+                       5 * x_b, lambda n=n, c=c, hw=hw: (rand((n, c, 2 * hw, 2 * hw)),),
+                       lambda b, n=n, c=c, hw=hw: aten.upsample_nearest2d_backward(b[0], [2 * hw, 2 * hw],
+                                                                                   [n, c, hw, hw], 2.0, 2.0),
+                       in_bytes=4 * x_b)
+        if hw >= 56:
+            ho = hw // 2
+            yield Case("max_pool2d_with_indices", "other", [[n, c, hw, hw]], "bf16", prm, 9.0 * n * c * ho * ho,
+                       x_b + es * n * c * ho * ho + 8 * n * c * ho * ho,
+                       lambda n=n, c=c, hw=hw, cl=cl: (_fmt(rand((n, c, hw, hw)), cl),),
+                       lambda b: aten.max_pool2d_with_indices(b[0], [3, 3], [2, 2], [1, 1]), in_bytes=x_b)
+
+            def make_mp_bwd(n=n, c=c, hw=hw, cl=cl, ho=ho):
+                x = _fmt(rand((n, c, hw, hw)), cl)
+                y, idx = aten.max_pool2d_with_indices(x, [3, 3], [2, 2], [1, 1])
+                return torch.randn_like(y), x, idx
+
+            yield Case("max_pool2d_with_indices_backward", "other", [[n, c, ho, ho], [n, c, hw, hw]], "bf16", prm,
+                       float(numel), 2 * x_b + 10 * n * c * ho * ho, make_mp_bwd,
+                       lambda b: aten.max_pool2d_with_indices_backward(b[0], b[1], [3, 3], [2, 2], [1, 1], [1, 1],
+                                                                       False, b[2]), in_bytes=2 * x_b)
+        else:
+            yield Case("mean", "reduction", [[n, c, hw, hw]], "bf16", prm, float(numel), x_b,
+                       lambda n=n, c=c, hw=hw, cl=cl: (_fmt(rand((n, c, hw, hw)), cl),),
+                       lambda b: b[0].mean((-2, -1), keepdim=True), in_bytes=x_b)
+
+
+def graph_cases() -> Iterator[Case]:
+    """Message passing on a graph of `nodes` nodes and `edges` edges, `f` features per edge."""
+    for nodes, edges, f in ((100_000, 1_700_000, 512), (100_000, 1_700_000, 8), (100_000, 1_700_000, 47),
+                            (20_000, 340_000, 512), (1_000_000, 16_000_000, 64)):
+        prm = {"nodes": nodes, "edges": edges, "features": f}
+        e_b, n_b = 4.0 * edges * f, 4.0 * nodes * f
+
+        def make_gather(nodes=nodes, edges=edges, f=f):
+            return rand((nodes, f), FP32), torch.randint(0, nodes, (edges,), device="cuda")
+
+        yield Case("index_select", "copy", [[nodes, f], [edges]], "fp32", prm, 0.0, e_b + n_b + 8 * edges,
+                   make_gather, lambda b: b[0].index_select(0, b[1]), in_bytes=n_b)
+
+        def make_scatter(nodes=nodes, edges=edges, f=f):
+            return (torch.zeros(nodes, f, device="cuda"), torch.randint(0, nodes, (edges,), device="cuda"),
+                    rand((edges, f), FP32))
+
+        yield Case("index_add", "copy", [[nodes, f], [edges], [edges, f]], "fp32", prm, float(edges * f),
+                   e_b + 2 * n_b + 8 * edges, make_scatter, lambda b: b[0].index_add(0, b[1], b[2]), in_bytes=e_b)
+
+        def make_scatter2(nodes=nodes, edges=edges, f=f):
+            idx = torch.randint(0, nodes, (edges, 1), device="cuda").expand(edges, f)
+            return torch.zeros(nodes, f, device="cuda"), idx, rand((edges, f), FP32)
+
+        yield Case("scatter_add", "copy", [[nodes, f], [edges, f], [edges, f]], "fp32", prm, float(edges * f),
+                   2 * e_b + 2 * n_b, make_scatter2, lambda b: b[0].scatter_add(0, b[1], b[2]), in_bytes=2 * e_b)
+        yield Case("scatter_reduce", "copy", [[nodes, f], [edges, f], [edges, f]], "fp32", prm, float(edges * f),
+                   2 * e_b + 2 * n_b, make_scatter2,
+                   lambda b: b[0].scatter_reduce(0, b[1], b[2], "amax", include_self=False), in_bytes=2 * e_b)
+        if f <= 64:
+            def make_segment(nodes=nodes, edges=edges, f=f):
+                lengths = torch.full((nodes,), edges // nodes, device="cuda")
+                return rand((nodes * (edges // nodes), f), FP32), lengths
+
+            yield Case("segment_reduce", "other", [[edges, f], [nodes]], "fp32", prm, float(edges * f), e_b + n_b,
+                       make_segment, lambda b: torch.segment_reduce(b[0], "sum", lengths=b[1]), in_bytes=e_b,
+                       graph=False)
+
+            def make_spmm(nodes=nodes, edges=edges, f=f):
+                idx = torch.randint(0, nodes, (2, edges), device="cuda")
+                adj = torch.sparse_coo_tensor(idx, torch.rand(edges, device="cuda"), (nodes, nodes)).coalesce()
+                return adj.to_sparse_csr(), rand((nodes, f), FP32)
+
+            yield Case("_sparse_mm", "other", [[nodes, nodes], [nodes, f]], "fp32", {**prm, "sparse": "csr"},
+                       2.0 * edges * f, 12.0 * edges + 2 * n_b, make_spmm, lambda b: torch.sparse.mm(b[0], b[1]),
+                       in_bytes=12.0 * edges + n_b, graph=False)
+
+
+# --------------------------------------------------------------------------------------
 # Timing
 # --------------------------------------------------------------------------------------
 class Timer:
@@ -829,6 +1008,7 @@ GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
     ("reduction", reduction_cases), ("norm", norm_cases), ("softmax", softmax_cases), ("loss", loss_cases),
     ("embedding", embedding_cases), ("copy", copy_cases), ("random", random_cases),
     ("optimizer", optimizer_cases), ("conv", conv_cases), ("other", other_cases), ("transfer", transfer_cases),
+    ("conv_layout", conv_layout_cases), ("spatial", spatial_cases), ("graph", graph_cases),
 ]
 
 

@@ -40,6 +40,7 @@ AROUND_IMPORT: dict[str, str] = {
        for name in ("torchtitan.distributed.minimal_async_ep.kernels",
                     "torchtitan.overrides.fused_swiglu", "torchtitan.overrides.fused_mla")},
     "torchtitan.models.common.attention": "phantom.adapters.torchtitan:quiet_module_compile",
+    "torchvision._meta_registrations": "phantom.adapters.torchvision:skip_missing_op_rules",
 }
 
 

@@ -112,6 +112,9 @@ class GemmCal:
     conv_scale: float  # cuDNN conv efficiency relative to a GEMM of the same implicit-GEMM shape
     curves: dict[str, GemmCurve]
     residuals: dict[str, GemmResiduals] = field(default_factory=dict)  # per precision (see GemmResiduals)
+    # conv efficiency per "<precision>.<layout>.<fwd|bwd>" (calibrate_conv.py), where the sweep
+    # measured that combination; conv_scale otherwise
+    conv_scales: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -196,7 +199,8 @@ class Calibration:
             source=d.get("source", ""),
             gemm=GemmCal(g["floor_us"], g["mem_eff"], g["conv_scale"],
                          {k: GemmCurve(**v) for k, v in g["curves"].items()},
-                         {k: _residuals_from_dict(v) for k, v in g.get("residuals", {}).items()}),
+                         {k: _residuals_from_dict(v) for k, v in g.get("residuals", {}).items()},
+                         dict(g.get("conv_scales", {}))),
             attention={k: AttnCurve(**v) for k, v in d["attention"].items()},
             memory={k: MemCurve(**v) for k, v in d["memory"].items()},
             transfer=TransferCal(**d["transfer"]),

@@ -259,6 +259,13 @@ def conv_channel_padding(cin: int, element_size: int) -> float:
     return math.ceil(cin / per) * per / cin if cin > 0 else 1.0
 
 
+def conv_layout(x: torch.Tensor) -> str:
+    """'channels_last' for a 4-d NHWC-strided input (not also plain contiguous), else 'contiguous'."""
+    if x.dim() == 4 and not x.is_contiguous() and x.is_contiguous(memory_format=torch.channels_last):
+        return "channels_last"
+    return "contiguous"
+
+
 def causal_keep_fraction(sq: int, sk: int, block: int = 1) -> float:
     """Fraction of (q, k) pairs (or block x block tiles) a top-left causal mask computes."""
     nq, nk = math.ceil(sq / block), math.ceil(sk / block)
@@ -745,8 +752,12 @@ class RooflineCostModel:
         nbytes = self._io_bytes(info, a, out)
         prec = _precision(x.dtype, "conv")
         pad = conv_channel_padding(cin_g, x.element_size())
+        # cuDNN's efficiency differs by layout (NCHW is transposed to NHWC around the kernel),
+        # precision and direction: a measured scale for the combination where there is one.
+        key = f"{prec}.{conv_layout(x)}.{'bwd' if bwd else 'fwd'}"
+        scale = self.cal.gemm.conv_scales.get(key, self.cal.gemm.conv_scale)
         ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, groups, m, n, k * pad, flops * pad, nbytes,
-                          eff_scale=self.cal.gemm.conv_scale, correct=False)
+                          eff_scale=scale, correct=False)
         return self._cost(ns, "conv", flops, nbytes)
 
     def _attention(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:

@@ -693,13 +693,14 @@ def _real_payloads_for_object_collectives(c10d) -> None:
 
     to_tensor, to_object = c10d._object_to_tensor, c10d._tensor_to_object
 
-    def object_to_tensor(obj, device, group):
+    # *rest: torch 2.14 added a `weights_only` argument to both.
+    def object_to_tensor(obj, device, group, *rest, **kwargs):
         with unset_fake_temporarily():
-            return to_tensor(obj, device, group)
+            return to_tensor(obj, device, group, *rest, **kwargs)
 
-    def tensor_to_object(tensor, tensor_size, group):
+    def tensor_to_object(tensor, tensor_size, group, *rest, **kwargs):
         with unset_fake_temporarily():
-            return to_object(tensor, tensor_size, group)
+            return to_object(tensor, tensor_size, group, *rest, **kwargs)
 
     c10d._object_to_tensor, c10d._tensor_to_object = object_to_tensor, tensor_to_object
     # Callers may name a CUDA device for the pickled bytes (pipelining does); the bytes

@@ -171,11 +171,24 @@ def _register_fused_cuda_kernels() -> None:
 
         lib.impl(name, unreachable, "CUDA")
     _FUSED_KERNELS.append(lib)
+def _patch_optimizer_defaults() -> None:
+    """torch.optim picks its default implementation (foreach on CUDA, else the for-loop) in
+    `_default_to_fused_or_foreach`, which requires `type(p)` to be exactly Tensor or
+    Parameter. Simulated parameters are FakeTensors, so every optimizer built without an
+    explicit `foreach=`/`fused=` fell back to the for-loop kernels (one launch per tensor and
+    no foreach temporaries) where a GPU runs foreach. FakeTensor counts as a plain tensor; the
+    function's device check still applies (fake CUDA only)."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.optim import optimizer
+
+    if FakeTensor not in optimizer._foreach_supported_types:
+        optimizer._foreach_supported_types.append(FakeTensor)
 
 
 def install(sim: "Simulation") -> None:
     _register_fused_cuda_kernels()
     _patch_swap_tensors()
+    _patch_optimizer_defaults()
     _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
     _patch_compile()

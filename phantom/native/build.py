@@ -4,6 +4,13 @@ The library must be loaded before `import torch` (libtorch caches its CUDA hooks
 is imported), so this module finds torch's headers and libraries through importlib's
 metadata instead of importing it. Builds are cached per torch version and source hash under
 $PHANTOM_CACHE_DIR (default ~/.cache/phantom).
+
+Two builds of torch are supported, told apart by `torch.version.cuda` (read from
+torch/version.py, since torch must not be imported yet):
+  * the CPU build (`cuda = None`): the library gives torch a CUDA device it lacks;
+  * a CUDA build (`cuda = '13.0'`, say) on a machine with no GPU or driver: its own CUDA
+    guard and hooks would fail, so libtorch_cuda.so is loaded first and the library,
+    compiled with -DPHANTOM_CUDA_BUILD, replaces both (fake_cuda.cpp says how).
 """
 from __future__ import annotations
 
@@ -39,6 +46,21 @@ def _torch_version(torch_dir: Path) -> str:
         if line.startswith("__version__"):
             return line.split("=", 1)[1].strip().strip("'\"")
     return "unknown"
+
+
+def torch_cuda_version(torch_dir: Path | None = None) -> str | None:
+    """`torch.version.cuda` of the installed torch, without importing it: None for the CPU
+    build, the CUDA version string ('13.0') for a CUDA build."""
+    torch_dir = torch_dir or _torch_dir()
+    for line in (torch_dir / "version.py").read_text().splitlines():
+        if line.startswith("cuda"):
+            value = line.split("=", 1)[1].strip()
+            return None if value == "None" else value.strip("'\"")
+    return None
+
+
+def _cuda_build(torch_dir: Path) -> bool:
+    return torch_cuda_version(torch_dir) is not None and (torch_dir / "lib" / "libtorch_cuda.so").exists()
 
 
 def _cxx11_abi(torch_dir: Path) -> int:
@@ -77,6 +99,7 @@ def _compile(target: Path) -> None:
         compiler, "-O2", "-shared", "-fPIC", "-std=c++20", "-w",
         f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_dir)}",
         f"-I{torch_dir / 'include'}",
+        *(["-DPHANTOM_CUDA_BUILD"] if _cuda_build(torch_dir) else []),
         str(SOURCE), "-o", str(tmp),
         f"-L{torch_dir / 'lib'}", "-Wl,--no-as-needed", "-lc10", "-ltorch_cpu",
         f"-Wl,-rpath,{torch_dir / 'lib'}",
@@ -107,5 +130,26 @@ def load_fake_cuda(quiet: bool = True) -> Path:
             "run the script through `phantom run` instead of importing phantom inside it"
         )
     path = build_fake_cuda(quiet=quiet)
+    torch_dir = _torch_dir()
+    if _cuda_build(torch_dir):
+        # A CUDA build: its real guard and hooks must be registered before ours replace
+        # them. torch's own import loads the same libraries later (already loaded: no-op).
+        _load_torch_cuda(torch_dir)
     ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     return path
+
+
+def _load_torch_cuda(torch_dir: Path) -> None:
+    lib = torch_dir / "lib"
+    try:
+        # libtorch_global_deps first, as torch/__init__.py does: it pulls in the CUDA
+        # runtime libraries (nvidia-* wheels) that libtorch_cuda links against.
+        if (lib / "libtorch_global_deps.so").exists():
+            ctypes.CDLL(str(lib / "libtorch_global_deps.so"), mode=ctypes.RTLD_GLOBAL)
+        ctypes.CDLL(str(lib / "libtorch_cuda.so"), mode=ctypes.RTLD_GLOBAL)
+    except OSError as e:
+        raise NativeBuildError(
+            f"this torch is a CUDA build (torch.version.cuda = {torch_cuda_version(torch_dir)}) "
+            f"but its CUDA library could not be loaded: {e}. Reinstall torch, or use the CPU "
+            "build (`pip install torch==2.13.0`)"
+        ) from e

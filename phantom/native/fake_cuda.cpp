@@ -10,11 +10,26 @@
 // It holds no memory and runs no kernels: every CUDA tensor is a FakeTensor.
 // It must be loaded with RTLD_GLOBAL before `import torch`, because libtorch caches
 // the hooks object during import.
+//
+// CUDA builds of torch (compiled with -DPHANTOM_CUDA_BUILD) already register a real guard
+// and real hooks from libc10_cuda/libtorch_cuda; without a driver both fail (no device,
+// "Found no NVIDIA driver"). There build.py loads libtorch_cuda.so first, then this
+// library, so its registrations replace the real ones: the guard by being written last
+// into c10's guard table, the hooks by a higher registry priority (a plain second
+// registration of "CUDAHooks" with the same priority aborts the process).
+//
+// Both builds report cuDNN (version 9), so convolution picks the cuDNN backend and
+// the output memory format (channels_last in, channels_last out) a real GPU gives.
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
+
+#ifdef PHANTOM_CUDA_BUILD
+#include <torch/csrc/distributed/c10d/reducer_timer.hpp>
+#endif
 
 namespace phantom {
 
@@ -102,6 +117,16 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   c10::DeviceIndex maybeExchangeDevice(c10::DeviceIndex d) const override {
     return exchangeDevice(d);
   }
+  // cuDNN as on the GPU hosts: ATen's conv backend choice and memory-format suggestion
+  // (ConvUtils.h, cudnn_conv_suggest_memory_format) read these.
+  bool hasCuDNN() const override { return true; }
+  bool compiledWithCuDNN() const override { return true; }
+  bool supportsDilatedConvolutionWithCuDNN() const override { return true; }
+  bool supportsDepthwiseConvolutionWithCuDNN() const override { return true; }
+  bool supportsBFloat16ConvolutionWithCuDNNv8() const override { return true; }
+  long versionCuDNN() const override { return 91000; }
+  long versionRuntimeCuDNN() const override { return 91000; }
+  double batchnormMinEpsilonCuDNN() const override { return 0.0; }  // CUDNN_BN_MIN_EPSILON
   long versionCUDART() const override { return 12080; }
   std::string showConfig() const override { return "phantom simulated CUDA\n"; }
   void deviceSynchronize(c10::DeviceIndex) const override {}
@@ -109,9 +134,36 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
 
 }  // namespace phantom
 
+#ifdef PHANTOM_CUDA_BUILD
+// DDP's reducer times its first iterations with the timer registered for the parameters'
+// device type; libtorch_cuda's CudaTimer records real CUDA events (cudaErrorInsufficientDriver
+// without a driver). A host-clock timer, as the CPU build's reducer falls back to, replaces it:
+// it only feeds DDP's runtime logging.
+namespace phantom {
+struct HostTimer final : public c10d::Timer {
+  explicit HostTimer(c10::Device) {}
+  std::optional<int64_t> measureDifference(Event start, Event end) override {
+    int64_t a = getTimeRef(start), b = getTimeRef(end);
+    if (a == c10d::kUnsetTime || b == c10d::kUnsetTime) return std::nullopt;
+    return b - a;
+  }
+};
+}  // namespace phantom
+namespace c10d {
+C10_REGISTER_TYPED_CLASS_WITH_PRIORITY(TimerRegistry, c10::kCUDA, c10::REGISTRY_PREFERRED,
+                                       phantom::HostTimer)
+}  // namespace c10d
+#endif
+
 // libtorch creates its hooks object by the registry key "CUDAHooks".
 namespace at {
+#ifdef PHANTOM_CUDA_BUILD
+// Outranks libtorch_cuda's CUDAHooks (REGISTRY_DEFAULT), registered before us.
+C10_REGISTER_TYPED_CLASS_WITH_PRIORITY(CUDAHooksRegistry, "CUDAHooks", c10::REGISTRY_PREFERRED,
+                                       phantom::FakeCUDAHooks)
+#else
 C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", phantom::FakeCUDAHooks)
+#endif
 }  // namespace at
 
 extern "C" int phantom_fake_cuda_loaded() { return 1; }

@@ -25,6 +25,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--db", metavar="PATH", help="database to add rows to (default: phantom_kernels_<GPU>.json)")
     p.add_argument("--gpu", help="GPU preset the recording simulates (default: this machine's GPU, via nvidia-smi)")
     p.add_argument("--sweep", action="store_true", help="also time the standard grid (bench/kernels/measure.py)")
+    p.add_argument("--sweep-groups", metavar="G,G", default="",
+                   help="with --sweep: only these groups of the grid (e.g. conv_layout,spatial,graph)")
     p.add_argument("--sweep-out", metavar="PATH", help="write the grid's calibration rows here (measure.py format)")
     p.add_argument("--record-only", metavar="PATH",
                    help="only record the script's signatures to PATH (works without a GPU); no timing")
@@ -38,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
-    takes = {"--db", "--gpu", "--nproc-per-node", "--sweep-out", "--record-only", "--from-records", "--budget-s"}
+    takes = {"--db", "--gpu", "--nproc-per-node", "--sweep-out", "--sweep-groups", "--record-only", "--from-records", "--budget-s"}
     i = 0
     while i < len(argv):
         if argv[i] == "--":
@@ -116,6 +118,8 @@ def main(argv: list[str]) -> int:
         cmd.append("--sweep")
         if a.sweep_out:
             cmd += ["--sweep-out", a.sweep_out]
+        if a.sweep_groups:
+            cmd += ["--sweep-groups", a.sweep_groups]
     if a.retime:
         cmd.append("--retime")
     # The timing process must not inherit phantom's run configuration or fake CUDA library.

@@ -63,7 +63,7 @@ def case_key(case: Any, bufs: Any) -> tuple[str, str] | None:
 
 
 def run_sweep(db: KernelDB, db_path: str, timer: Any, budget_s: float, calib_out: str | None,
-              header: dict[str, Any]) -> dict[str, Any]:
+              header: dict[str, Any], groups: set[str] | None = None) -> dict[str, Any]:
     measure = load_measure()
     t0 = last_save = time.time()
     calib_rows: list[dict] = []
@@ -71,7 +71,7 @@ def run_sweep(db: KernelDB, db_path: str, timer: Any, budget_s: float, calib_out
     rows_added = out_of_time = 0
     torch.backends.cuda.matmul.allow_tf32 = False
     for group, gen in measure.GROUPS:
-        if group in SKIP_GROUPS:
+        if group in SKIP_GROUPS or (groups and group not in groups):
             continue
         for case in gen():
             if time.time() - t0 > budget_s:

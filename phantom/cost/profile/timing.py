@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", action="append", default=[], help="record file(s) from the record step")
     ap.add_argument("--db", required=True, help="kernel database to add rows to (created if missing)")
     ap.add_argument("--sweep", action="store_true", help="also time the standard grid (bench/kernels/measure.py)")
+    ap.add_argument("--sweep-groups", default="", help="comma-separated measure.py groups (default: all)")
     ap.add_argument("--sweep-out", help="write the sweep's calibration rows (measure.py format) here")
     ap.add_argument("--budget-s", type=float, default=300.0, help="stop starting new timings after this")
     ap.add_argument("--retime", action="store_true", help="time keys already in the database again")
@@ -286,7 +287,8 @@ def main(argv: list[str] | None = None) -> int:
         from phantom.cost.profile.sweep import run_sweep
 
         left = max(0.0, args.budget_s - (time.time() - t_start))
-        result["sweep"] = run_sweep(db, args.db, timer, left, args.sweep_out, header)
+        groups = {g.strip() for g in args.sweep_groups.split(",") if g.strip()} or None
+        result["sweep"] = run_sweep(db, args.db, timer, left, args.sweep_out, header, groups)
     if args.report:
         import json
 
