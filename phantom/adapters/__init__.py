@@ -18,6 +18,10 @@ from typing import Callable
 ADAPTERS: dict[str, str] = {
     "transformers.utils.import_utils": "phantom.adapters.transformers:patch_import_utils",
     "transformers.masking_utils": "phantom.adapters.transformers:patch_masking_utils",
+    **{name: "phantom.adapters.deepspeed:" + func
+       for name, func in {
+           "deepspeed.ops.op_builder.builder": "patch_op_builder",
+       }.items()},
     **{name: "phantom.adapters.torchtitan:" + func
        for name, func in {
            "torchtitan": "compat_torchtitan",

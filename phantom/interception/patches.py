@@ -116,6 +116,25 @@ def _patch_storage_resize(sim: "Simulation") -> None:
     torch.UntypedStorage.resize_ = resize_
 
 
+def _patch_record_stream(sim: "Simulation") -> None:
+    """`Tensor.record_stream(stream)` is a C++ binding that only accepts a C++ torch.Stream,
+    so a simulated torch.cuda.Stream fails with "unknown parameter type" (DeepSpeed's ZeRO
+    1/2 records every reduced bucket on its reduction stream). For a simulated stream the
+    tensor's block is marked used on that stream in the allocator model (the C++
+    allocator's rule: not reusable until that stream's work is done)."""
+    from phantom.interception.cuda_api import Stream
+
+    real_record_stream = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        if isinstance(stream, Stream):
+            sim.record_stream(self, stream.stream_id)
+            return None
+        return real_record_stream(self, stream)
+
+    torch.Tensor.record_stream = record_stream
+
+
 def _patch_dtensor_shape_propagation() -> None:
     """DTensor computes an op's global output shape by running the op on global-shape fake
     tensors under `detect_fake_mode() or FakeTensorMode()` (torch/distributed/tensor/
@@ -145,5 +164,6 @@ def install(sim: "Simulation") -> None:
     _patch_swap_tensors()
     _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
+    _patch_record_stream(sim)
     _patch_compile()
     _patch_optimizer_steps(sim)

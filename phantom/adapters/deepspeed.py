@@ -1,0 +1,110 @@
+"""DeepSpeed 0.19 under simulation: `phantom run --nproc-per-node N script.py --deepspeed_config ...`.
+
+A DeepSpeed training script runs unchanged; these patches, applied by the import hook in
+phantom/adapters/__init__.py only when DeepSpeed's modules are imported, fix the places where
+DeepSpeed cannot run on a simulated GPU. Each names the DeepSpeed code it works around.
+
+Simulation policy (README, "DeepSpeed"):
+- Op builders: DeepSpeed compiles its CUDA extensions (FusedAdam, FusedLamb, ...) with nvcc
+  when first used (`OpBuilder.load` -> `jit_load`). A CPU machine cannot build them, and a
+  built kernel could not run on a fake tensor anyway. The ops a training step needs are
+  simulated instead: FusedAdam's `multi_tensor_adam` is charged as the fused multi-tensor
+  AdamW kernel (`aten._fused_adamw_` / `_fused_adam_`), the same memory-bound one-pass update
+  over (grad, param, exp_avg, exp_avg_sq) chunks; phantom's cost model prices it from the
+  measured torch fused-AdamW rows. Any other CUDA op builder is a clear error naming the op,
+  never a silent swap for a different optimizer.
+"""
+from __future__ import annotations
+
+import warnings
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from phantom.interception.mode import SimulationError
+
+# DeepSpeed op name (OpBuilder.NAME) -> factory of the simulated extension module.
+SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module"}
+
+
+def _is_phantom_tensor(x: object) -> bool:
+    return isinstance(x, FakeTensor) and x.device.type == "cuda"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"phantom: {message}", stacklevel=3)
+
+
+# -- simulated CUDA extensions ----------------------------------------------------------------
+
+class _StepCounters:
+    """`aten._fused_adamw_` takes one float32 step tensor per parameter (it increments them);
+    DeepSpeed's kernel takes the step as a host int. The counters are device tensors made once
+    per list length and reused, so steady-state steps launch only the fused update kernel, as
+    the real multi_tensor_adam does (it launches nothing but the update)."""
+
+    def __init__(self) -> None:
+        self._lists: dict[tuple[int, torch.device], list[torch.Tensor]] = {}
+
+    def get(self, n: int, device: torch.device) -> list[torch.Tensor]:
+        key = (n, device)
+        if key not in self._lists:
+            self._lists[key] = [torch.zeros((), dtype=torch.float32, device=device) for _ in range(n)]
+        return self._lists[key]
+
+
+def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]],
+                      lr: float, beta1: float, beta2: float, epsilon: float, step: int, mode: int,
+                      bias_correction: int, weight_decay: float, *, _steps: _StepCounters) -> None:
+    """deepspeed/ops/csrc/adam/multi_tensor_adam.cu `multi_tensor_adam(chunk_size, noop_flag,
+    [grads, params, exp_avgs, exp_avg_sqs], lr, beta1, beta2, eps, step, mode, bias_correction,
+    weight_decay)`: one multi-tensor-apply launch updating every tensor in place (mode 1:
+    AdamW, decoupled weight decay; mode 0: Adam with L2). Simulated as torch's fused kernel of
+    the same mode, which reads and writes the same tensors once per element."""
+    grads, params, exp_avgs, exp_avg_sqs = tensor_lists
+    if not params:
+        return
+    if not bias_correction:
+        raise SimulationError("phantom: FusedAdam(bias_correction=False) is not simulated "
+                              "(README, 'DeepSpeed').")
+    fused = torch._fused_adamw_ if mode == 1 else torch._fused_adam_
+    fused(params, grads, exp_avgs, exp_avg_sqs, [], _steps.get(len(params), params[0].device),
+          lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=epsilon,
+          amsgrad=False, maximize=False)
+
+
+def fused_adam_module() -> Any:
+    steps = _StepCounters()
+
+    def op(*args: Any, **kwargs: Any) -> None:
+        multi_tensor_adam(*args, _steps=steps, **kwargs)
+
+    return SimpleNamespace(multi_tensor_adam=op, __name__="phantom_simulated_fused_adam")
+
+
+# -- patches -----------------------------------------------------------------------------------
+
+def patch_op_builder(module: ModuleType) -> None:
+    """deepspeed/ops/op_builder/builder.py `OpBuilder.load()` imports a prebuilt extension or
+    JIT-compiles it with nvcc (`jit_load`). Under simulation there is no CUDA toolkit to build
+    with and no GPU to run on: a simulated op comes back for the ops in SIMULATED_OPS, a clear
+    error for any other CUDA op. CPU-only builders (e.g. CPUAdam for ZeRO-Offload) would need
+    a real CPU kernel on fake GPU tensors' host copies: also an error."""
+    cls = module.OpBuilder
+
+    def load(self, verbose: bool = False):
+        name = getattr(self, "name", None) or getattr(self, "NAME", "?")
+        factory = SIMULATED_OPS.get(name)
+        if factory is None:
+            raise SimulationError(
+                f"phantom: DeepSpeed op '{name}' ({type(self).__name__}) is a CUDA/C++ extension "
+                f"that is not simulated; simulated ops: {', '.join(SIMULATED_OPS)} (README, "
+                "'DeepSpeed').")
+        loaded = cls._loaded_ops
+        if name not in loaded:
+            loaded[name] = globals()[factory]()
+        return loaded[name]
+
+    cls.load = load
