@@ -116,3 +116,41 @@ def test_unsimulated_op_builder_is_a_clear_error(run_script):
     assert proc.returncode != 0
     assert "DeepSpeed op 'cpu_adam'" in proc.stderr and "not simulated" in proc.stderr
     assert "Traceback" not in proc.stderr.split("phantom: DeepSpeed op")[-1][:200]
+
+
+# -- `phantom deepspeed`: the deepspeed launcher's arguments -----------------------------------
+
+def test_launcher_args_map_to_phantom_run(tmp_path):
+    from phantom.cli import RUN_OPTIONS_WITH_VALUE
+    from phantom.launcher.deepspeed_cli import LOCAL_RANK_ARG_ENV, LauncherArgsError, to_run_args
+
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("node-a slots=8  # first\nnode-b slots=8\n\nnode-c slots=8\n")
+    argv, env = to_run_args(["--cluster", "h100-ib", "--hostfile", str(hostfile), "--exclude", "node-b",
+                             "--master_port", "29500", "train.py", "--deepspeed_config", "ds.json"],
+                            RUN_OPTIONS_WITH_VALUE)
+    assert argv == ["--cluster", "h100-ib", "--nnodes", "2", "--nproc-per-node", "8", "--",
+                    "train.py", "--deepspeed_config", "ds.json"]
+    assert env == {LOCAL_RANK_ARG_ENV: "1"}
+    argv, env = to_run_args(["--num_gpus=4", "--num_nodes", "2", "--no_local_rank", "--module", "pkg.train",
+                             "--x"], RUN_OPTIONS_WITH_VALUE)
+    assert argv == ["--nnodes", "2", "--nproc-per-node", "4", "-m", "pkg.train", "--x"] and env == {}
+    hostfile.write_text("node-a slots=8\nnode-b slots=4\n")
+    for bad, message in [(["--hostfile", str(hostfile), "t.py"], "different slot counts"),
+                         (["--include", "node-a", "t.py"], "need a --hostfile"),
+                         (["--hostfile", str(tmp_path / "none"), "t.py"], "hostfile not found"),
+                         (["--no_python", "t.py"], "not simulated"),
+                         (["--num_gpus", "2"], "no script given")]:
+        with pytest.raises(LauncherArgsError, match=message):
+            to_run_args(bad, RUN_OPTIONS_WITH_VALUE)
+
+
+def test_launcher_passes_local_rank_like_deepspeed(tmp_path):
+    """`deepspeed script.py ARGS` runs each rank as `script.py --local_rank=N ARGS`."""
+    path = tmp_path / "args.py"
+    path.write_text("import sys\nimport deepspeed\nprint('argv', sys.argv[1:], flush=True)\n")
+    proc = run_phantom(["deepspeed", "--quiet", "--tee", "all", "--num_gpus", "2", str(path), "--foo"],
+                       cwd=tmp_path, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "[rank0]: argv ['--local_rank=0', '--foo']" in proc.stdout
+    assert "[rank1]: argv ['--local_rank=1', '--foo']" in proc.stdout

@@ -20,6 +20,7 @@ ADAPTERS: dict[str, str] = {
     "transformers.masking_utils": "phantom.adapters.transformers:patch_masking_utils",
     **{name: "phantom.adapters.deepspeed:" + func
        for name, func in {
+           "deepspeed": "patch_package",
            "deepspeed.ops.op_builder.builder": "patch_op_builder",
        }.items()},
     **{name: "phantom.adapters.torchtitan:" + func

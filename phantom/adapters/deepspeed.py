@@ -16,6 +16,8 @@ Simulation policy (README, "DeepSpeed"):
 """
 from __future__ import annotations
 
+import os
+import sys
 import warnings
 from types import ModuleType, SimpleNamespace
 from typing import Any
@@ -108,3 +110,20 @@ def patch_op_builder(module: ModuleType) -> None:
         return loaded[name]
 
     cls.load = load
+
+
+def patch_package(module: ModuleType) -> None:
+    """deepspeed/launcher/launch.py starts each rank as `python -u SCRIPT --local_rank=N ARGS`,
+    and DeepSpeed scripts commonly read `args.local_rank` (torchrun instead sets only the
+    LOCAL_RANK variable). `phantom deepspeed` (phantom/launcher/deepspeed_cli.py) runs every
+    rank with one command line, so the argument is put in this rank's sys.argv, at the same
+    place, when the script imports deepspeed (scripts import it before parsing arguments).
+    Off with the launcher's --no_local_rank, and under plain `phantom run` (torchrun's
+    behaviour)."""
+    from phantom.launcher.deepspeed_cli import LOCAL_RANK_ARG_ENV
+
+    if os.environ.get(LOCAL_RANK_ARG_ENV) != "1" or "LOCAL_RANK" not in os.environ:
+        return
+    if any(a.startswith("--local_rank") for a in sys.argv[1:]):
+        return
+    sys.argv.insert(1, f"--local_rank={os.environ['LOCAL_RANK']}")
