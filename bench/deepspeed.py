@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -126,7 +127,19 @@ def build_fused_adam(timeout: float, log_path: str | None) -> dict:
             "error": r.get("error"), "tail": r["output"][-2000:]}
 
 
+def deepspeed_arch_list() -> None:
+    """DeepSpeed 0.19.8's op builder parses TORCH_CUDA_ARCH_LIST entries as numbers
+    (deepspeed/ops/op_builder/builder.py `compute_capability_args`: int('0a') fails on '9.0a',
+    which the lent GPU image sets), so the FusedAdam build fails there. The suffix only
+    enables arch-specific instructions the fused Adam kernel does not use: it is dropped."""
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = re.sub(r"(\d+\.\d+)[a-z]+", r"\1", arch)
+        print(f"TORCH_CUDA_ARCH_LIST {arch!r} -> {os.environ['TORCH_CUDA_ARCH_LIST']!r}", flush=True)
+
+
 def cmd_real(args: argparse.Namespace) -> None:
+    deepspeed_arch_list()
     meta = environment()
     meta["script"] = SCRIPT
     configs = select(args.configs)
