@@ -74,10 +74,12 @@ def peak_flops(device_name: str) -> float:
     return 989e12
 
 
-def build_config(name: str, seq_len: int):
+def build_config(name: str, seq_len: int, layers: int | None = None):
     if name not in MODELS:
         raise SystemExit(f"unknown --model {name!r}; choose one of {', '.join(MODELS)}")
     kwargs = dict(MODELS[name], tie_word_embeddings=False, use_cache=False)
+    if layers:
+        kwargs["num_hidden_layers"] = layers
     if name.startswith("gpt-oss"):
         return GptOssConfig(**kwargs)
     kwargs["max_position_embeddings"] = max(kwargs["max_position_embeddings"], seq_len)
@@ -104,6 +106,7 @@ def matmul_params_per_token(model, config) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="tiny", help=f"one of {', '.join(MODELS)}")
+    parser.add_argument("--layers", type=int, help="override the config's number of layers")
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--steps", type=int, default=8, help="optimizer steps in total")
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the averages")
@@ -130,7 +133,7 @@ def main() -> None:
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(1337)
 
-    config = build_config(args.model, args.seq_len)
+    config = build_config(args.model, args.seq_len, args.layers)
     zero_stage = ds_config.get("zero_optimization", {}).get("stage", 0)
     attn = "eager" if args.model.startswith("gpt-oss") else "sdpa"  # gpt-oss's sinks: no SDPA
     if zero_stage == 3:

@@ -22,6 +22,7 @@ ADAPTERS: dict[str, str] = {
        for name, func in {
            "deepspeed": "patch_package",
            "deepspeed.ops.op_builder.builder": "patch_op_builder",
+           "deepspeed.runtime.engine": "patch_engine",
        }.items()},
     **{name: "phantom.adapters.torchtitan:" + func
        for name, func in {

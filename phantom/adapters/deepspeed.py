@@ -127,3 +127,29 @@ def patch_package(module: ModuleType) -> None:
     if any(a.startswith("--local_rank") for a in sys.argv[1:]):
         return
     sys.argv.insert(1, f"--local_rank={os.environ['LOCAL_RANK']}")
+
+
+def patch_engine(module: ModuleType) -> None:
+    """deepspeed/runtime/engine.py `DeepSpeedEngine._take_model_step` runs one optimizer step
+    at a gradient-accumulation boundary. phantom marks an iteration at the end of each
+    outermost torch optimizer step (interception/patches.py), but DeepSpeed's ZeRO optimizers
+    are not torch.optim.Optimizer subclasses, and ZeRO-3 steps its inner FusedAdam once per
+    parameter sub-group (`sub_group_size`): a 70B model on 16 ranks would count 5 iterations
+    per step. Running torch's global optimizer-step hooks around `_take_model_step` makes it
+    the outermost step, so each engine step marks exactly one iteration."""
+    from torch.optim import optimizer as torch_optimizer
+
+    engine = module.DeepSpeedEngine
+    original = engine._take_model_step
+
+    def _take_model_step(self, *args, **kwargs):
+        inner = self.basic_optimizer if self.basic_optimizer is not None else self.optimizer
+        for hook in list(torch_optimizer._global_optimizer_pre_hooks.values()):
+            hook(inner, (), {})
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for hook in list(torch_optimizer._global_optimizer_post_hooks.values()):
+                hook(inner, (), {})
+
+    engine._take_model_step = _take_model_step
