@@ -217,23 +217,42 @@ def cmd_sim(args: argparse.Namespace) -> None:
 
 
 def cmd_scale(args: argparse.Namespace) -> None:
-    """Llama3 8B, ZeRO-3 (DeepSpeed) against FSDP2 (examples/llama_train.py), 16 simulated H100."""
-    base = phantom_cmd(args.phantom) + ["run", "--quiet", "--cluster", "h100-ib", "--nnodes", "2",
-                                        "--nproc-per-node", "8", "--"]
-    shape = ["--seq-len", str(args.seq_len)]
-    results = {}
+    """Llama3 8B, ZeRO-3 (DeepSpeed) against FSDP2 (examples/llama_train.py), 16 simulated H100.
+    Each run keeps a run directory (`--out`) so the steady-step breakdown (compute, exposed
+    communication, idle) and the GPU time by class explain any difference."""
+    shape = ["--seq-len", str(args.seq_len)] + (["--ac"] if args.ac else [])
+    results: dict = {"layout": f"16 x H100 (2 nodes of h100-ib), seq {args.seq_len}, {args.micro_batch} "
+                               f"sequence(s) per rank, activation checkpointing {args.ac}"}
     with tempfile.TemporaryDirectory() as tmp:
-        ds = run_streaming(base + [SCRIPT, "--deepspeed_config", ds_config(3, "fused_adam", tmp),
-                                   "--model", "llama3-8b", "--micro-batch", str(args.micro_batch),
-                                   "--steps", "5", "--warmup", "2"] + shape + (["--ac"] if args.ac else []),
-                           args.timeout)
-    results["deepspeed_zero3"] = parse_summary(ds["output"]) or {"error": ds.get("error")}
-    fsdp = run_streaming(base + ["examples/llama_train.py", "--model", "llama3-8b", "--batch-size",
-                                 str(args.micro_batch), "--steps", "5", "--warmup", "2"] + shape
-                         + (["--ac"] if args.ac else []), args.timeout)
-    results["fsdp2"] = parse_summary(fsdp["output"]) or {"error": fsdp.get("error")}
+        runs = {
+            "deepspeed_zero3": [SCRIPT, "--deepspeed_config", ds_config(3, "fused_adam", tmp), "--model",
+                                "llama3-8b", "--micro-batch", str(args.micro_batch)],
+            "fsdp2": ["examples/llama_train.py", "--preset", "llama3-8b", "--local-batch-size",
+                      str(args.micro_batch)],
+        }
+        for name, target in runs.items():
+            run_dir = Path(tmp) / name
+            cmd = phantom_cmd(args.phantom) + ["run", "--quiet", "--out", str(run_dir), "--cluster", "h100-ib",
+                                               "--nnodes", "2", "--nproc-per-node", "8", "--"]
+            r = run_streaming(cmd + target + ["--steps", "5", "--warmup", "2"] + shape, args.timeout)
+            results[name] = parse_summary(r["output"]) or {"error": r.get("error")}
+            report = run_dir / "report.json"
+            if report.exists():
+                results[name]["phantom"] = explain(json.loads(report.read_text()), warmup=2)
     print(json.dumps(results, indent=2))
     write_json(args.out + ".json", results)
+
+
+def explain(report: dict, warmup: int) -> dict:
+    """Mean steady-step breakdown and GPU time by class from a phantom run report."""
+    steps = (report.get("breakdown") or {}).get("iterations", [])[warmup:]
+    keys = ("time_ms", "compute_ms", "exposed_comm_ms", "idle_ms")
+    mean = {k: round(statistics.mean(s[k] for s in steps), 1) for k in keys} if steps else {}
+    classes = {k: round(v["share"], 3) for k, v in (report.get("op_classes") or {}).items()}
+    colls = [{k: c.get(k) for k in ("kind", "bytes", "calls", "network_ms")}
+             for c in (report.get("top_collectives") or [])[:4]]
+    return {"steady_step": mean, "gpu_busy_fraction": report.get("gpu_busy_fraction"),
+            "gpu_time_share": classes, "top_collectives": colls}
 
 
 def main() -> None:
@@ -258,7 +277,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--seq-len", type=int, default=8192)
     p.add_argument("--micro-batch", type=int, default=1)
-    p.add_argument("--ac", action="store_true")
+    p.add_argument("--ac", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--phantom")
     p.add_argument("--timeout", type=float, default=1800)
     args = parser.parse_args()
