@@ -1,8 +1,7 @@
 """Train a Hugging Face Llama with DeepSpeed's pipeline engine (deepspeed.pipe), from a config.
 
-The model is cut into a list of layers for `PipelineModule`: the embedding (it also computes the
-rotary cos/sin, which travel with the activations), the `LlamaDecoderLayer`s, and the final norm
-with the output layer; DeepSpeed partitions them over the stages by parameter count and runs
+The model is cut into a list of layers for `PipelineModule`: the embedding, the
+`LlamaDecoderLayer`s (each recomputes its rotary cos/sin), and the final norm with the output layer; DeepSpeed partitions them over the stages by parameter count and runs
 its 1F1B schedule over `gradient_accumulation_steps` micro-batches per `train_batch()`. The
 data-parallel degree is world / stages. Random tokens; the JSON config sets precision,
 micro-batch size, micro-batches and optimizer (ZeRO stage 0 or 1: the pipeline engine does not
@@ -33,21 +32,25 @@ class EmbeddingPipe(nn.Module):
     def __init__(self, config: LlamaConfig):
         super().__init__()
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.rotary_emb = LlamaRotaryEmbedding(config)
 
     def forward(self, input_ids):
-        hidden = self.embed_tokens(input_ids)
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-        cos, sin = self.rotary_emb(hidden, positions)
-        return hidden, cos, sin
+        return self.embed_tokens(input_ids)
 
 
 class DecoderLayerPipe(LlamaDecoderLayer):
-    def forward(self, inputs):
-        hidden, cos, sin = inputs
+    """A decoder layer that takes and returns the hidden states only (the pipeline engine
+    sends every floating-point activation between stages and expects a gradient for each):
+    the rotary cos/sin are recomputed here, a few small kernels per layer."""
+
+    def __init__(self, config: LlamaConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def forward(self, hidden):
+        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        cos, sin = self.rotary_emb(hidden, positions)
         out = super().forward(hidden, attention_mask=None, position_embeddings=(cos, sin))
-        hidden = out[0] if isinstance(out, tuple) else out
-        return hidden, cos, sin
+        return out[0] if isinstance(out, tuple) else out
 
 
 class HeadPipe(nn.Module):
@@ -56,8 +59,7 @@ class HeadPipe(nn.Module):
         self.norm = LlamaRMSNorm(config.hidden_size, eps=config.rms_norm_eps)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
 
-    def forward(self, inputs):
-        hidden, _, _ = inputs
+    def forward(self, hidden):
         return self.lm_head(self.norm(hidden))
 
 

@@ -23,6 +23,7 @@ ADAPTERS: dict[str, str] = {
            "deepspeed": "patch_package",
            "deepspeed.ops.op_builder.builder": "patch_op_builder",
            "deepspeed.runtime.engine": "patch_engine",
+           "deepspeed.runtime.pipe.engine": "patch_pipe_engine",
        }.items()},
     **{name: "phantom.adapters.torchtitan:" + func
        for name, func in {

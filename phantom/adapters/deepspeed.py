@@ -153,3 +153,55 @@ def patch_engine(module: ModuleType) -> None:
                 hook(inner, (), {})
 
     engine._take_model_step = _take_model_step
+
+
+def patch_pipe_engine(module: ModuleType) -> None:
+    """deepspeed/runtime/pipe/engine.py `PipelineEngine._send_tensor_meta` /
+    `_recv_tensor_meta`: before the first activation (and gradient) transfer, stages send each
+    other the shapes and dtypes as a 256-element int32 GPU tensor, written with a slice
+    `copy_` into a `torch.empty` buffer and read back with `.item()`/`.tolist()` on slices.
+    phantom carries real values through a collective only for tensors whose values it knows as
+    a whole (a CPU tensor copied to the GPU), and a slice write into an uninitialised buffer is
+    not one. The same message (one 256 x int32 send/recv pair) is built from a whole CPU
+    tensor and received into a known buffer, read back with one `.tolist()`; the parsing is
+    DeepSpeed's. Values of real shapes, never data: no placeholder can leak into a shape."""
+    engine = module.PipelineEngine
+    size = module.TENSOR_META_SIZE
+    p2p = module.p2p
+
+    def meta_list(self, buffer) -> list[int]:
+        if isinstance(buffer, torch.Tensor):
+            return [0, self.DTYPE_TO_ID[buffer.dtype], len(buffer.size()), *buffer.size()]
+        if isinstance(buffer, tuple):
+            out = [2, len(buffer)]
+            for t in buffer:
+                out += [self.DTYPE_TO_ID[t.dtype], len(t.size()), *t.size()]
+            return out
+        raise NotImplementedError(f"Could not send meta type {type(buffer)}")
+
+    def _send_tensor_meta(self, buffer, recv_stage):
+        values = meta_list(self, buffer)
+        assert len(values) <= size, f"Buffer for metadata is too small: {size} < {len(values)}"
+        meta = torch.tensor(values + [0] * (size - len(values)), dtype=torch.int32).to(self.device)
+        p2p.send(meta, recv_stage)
+
+    def _recv_tensor_meta(self, send_stage):
+        buffer = torch.zeros(size, dtype=torch.int32).to(self.device)
+        p2p.recv(buffer, send_stage)
+        meta = buffer.tolist()
+        if meta[0] == 0:
+            ndims = meta[2]
+            return self._allocate_or_extend_buffers(0, meta[3:3 + ndims], self.ID_TO_DTYPE[meta[1]])
+        if meta[0] in (1, 2):
+            buffers, offset = [], 2
+            for idx in range(meta[1]):
+                dtype, ndims = self.ID_TO_DTYPE[meta[offset]], meta[offset + 1]
+                shape = meta[offset + 2:offset + 2 + ndims]
+                offset += 2 + ndims
+                buffers.append(self._allocate_or_extend_buffers(idx, shape, dtype))
+            return tuple(buffers) if meta[0] == 2 else buffers
+        raise SimulationError(f"phantom: DeepSpeed pipeline metadata of unknown type {meta[0]} "
+                              "(the sending stage's values did not arrive)")
+
+    engine._send_tensor_meta = _send_tensor_meta
+    engine._recv_tensor_meta = _recv_tensor_meta
