@@ -68,6 +68,28 @@ def test_zero2_gradient_accumulation(tmp_path):
     assert "ZeRO-2" in proc.stdout and "micro 2 x accum 2" in proc.stdout
     assert [s["step"] for s in steps] == [0, 1, 2]
     assert phantom_iterations(proc.stderr) == 3  # optimizer steps, not micro-steps
+    # the overflow check reads a flag back from the GPU: it must see healthy gradients, or
+    # ZeRO would skip every optimizer step
+    assert "OVERFLOW" not in proc.stdout + proc.stderr
+
+
+def test_pipeline_engine_two_stages(tmp_path):
+    """deepspeed.pipe: HF Llama layers in a PipelineModule, 2 stages on 2 simulated ranks, 1F1B
+    over 4 micro-batches; the stages exchange activation shapes and every step updates."""
+    report = tmp_path / "report.json"
+    proc = run_phantom(["run", "--report", str(report), "--nproc-per-node", "2", "--gpu", "H100",
+                        "examples/deepspeed/train_pipe.py", "--deepspeed_config", "examples/deepspeed/pipe.json",
+                        "--stages", "2", "--steps", "3", "--warmup", "1"], cwd=REPO, timeout=300)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "2 stages x dp 1 | micro 2 x 4 micro-batches" in proc.stdout
+    steps = STEP.findall(proc.stdout)
+    assert [int(s[0]) for s in steps] == [0, 1, 2]
+    assert all(1.0 < float(s[2]) < 2000.0 for s in steps)
+    assert "OVERFLOW" not in proc.stdout + proc.stderr
+    assert phantom_iterations(proc.stderr) == 3
+    data = json.loads(report.read_text())
+    # both stages' activations and gradients cross between the ranks
+    assert data["distributed"]["world_size"] == 2 and data["distributed"]["collectives"]
 
 
 def phantom_iterations(stderr: str) -> int:

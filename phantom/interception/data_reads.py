@@ -90,8 +90,7 @@ class DataReadError(RuntimeError):
 def propagate_hint(func: Any, args: tuple, out: Any) -> None:
     """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
     if func in _SHADOW_INDEXING:
-        _index_shadow(func, args, out)
-        return
+        _index_shadow(func, args, out)  # and the hint below (select passes it through)
     if func in _VALUE_SOURCES:
         hint = _VALUE_SOURCES[func](args)
     elif func in _HINT_PASSTHROUGH:
