@@ -13,6 +13,10 @@ Simulation policy (README, "DeepSpeed"):
   over (grad, param, exp_avg, exp_avg_sq) chunks; phantom's cost model prices it from the
   measured torch fused-AdamW rows. Any other CUDA op builder is a clear error naming the op,
   never a silent swap for a different optimizer.
+- One phantom iteration per DeepSpeed engine step (`patch_engine`).
+- The pipeline engine's shape messages between stages carry real values (`patch_pipe_engine`).
+- `phantom deepspeed` (launcher arguments, phantom/launcher/deepspeed_cli.py) gets the
+  launcher's `--local_rank=N` script argument (`patch_package`).
 """
 from __future__ import annotations
 
