@@ -77,14 +77,18 @@ def _run_parser() -> argparse.ArgumentParser:
     return p
 
 
+# phantom run's options that take a value (the rest are flags)
+RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
+                          "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
+                          "--ranks", "--executor", "--ray-address",
+                          "--out", "--trace", "--trace-ranks", "--trace-iters"}
+
+
 def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     """Options before the script belong to phantom; the script and what follows to the script."""
     options: list[str] = []
     i = 0
-    takes_value = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                   "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
-                   "--ranks", "--executor", "--ray-address",
-                   "--out", "--trace", "--trace-ranks", "--trace-iters"}
+    takes_value = RUN_OPTIONS_WITH_VALUE
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
@@ -300,6 +304,7 @@ USAGE = """usage: phantom <command> [options]
 
 commands:
   run     run a PyTorch training script on a simulated GPU
+  deepspeed run a DeepSpeed script with the `deepspeed` launcher's arguments (--num_gpus, --hostfile)
   gpus      list the GPU presets and their specs
   clusters  list the cluster presets (--cluster)
   profile   time a script's ops (or the standard grid) on this machine's real GPU into a kernel database
@@ -307,6 +312,23 @@ commands:
   report    render a run directory (phantom run --out DIR) as HTML; two: compare them
 
 `phantom <command> --help` for a command's options."""
+
+
+def _deepspeed(argv: list[str]) -> int:
+    """`phantom deepspeed`: the deepspeed launcher's arguments (phantom/launcher/deepspeed_cli.py)."""
+    from phantom.launcher.deepspeed_cli import LauncherArgsError, to_run_args
+
+    if argv and argv[0] in ("-h", "--help"):
+        import phantom.launcher.deepspeed_cli as ds
+
+        print(ds.__doc__)
+        return 0
+    try:
+        run_argv, env = to_run_args(argv, RUN_OPTIONS_WITH_VALUE)
+    except LauncherArgsError as e:
+        raise UsageError(str(e)) from None
+    os.environ.update(env)  # inherited by the rank processes
+    return launch(parse_run_args(run_argv))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -321,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
                 _run_parser().print_help()
                 return 0
             return launch(parse_run_args(rest))
+        if command == "deepspeed":
+            return _deepspeed(rest)
         if command == "gpus":
             return cmd_gpus()
         if command == "clusters":

@@ -18,6 +18,13 @@ from typing import Callable
 ADAPTERS: dict[str, str] = {
     "transformers.utils.import_utils": "phantom.adapters.transformers:patch_import_utils",
     "transformers.masking_utils": "phantom.adapters.transformers:patch_masking_utils",
+    **{name: "phantom.adapters.deepspeed:" + func
+       for name, func in {
+           "deepspeed": "patch_package",
+           "deepspeed.ops.op_builder.builder": "patch_op_builder",
+           "deepspeed.runtime.engine": "patch_engine",
+           "deepspeed.runtime.pipe.engine": "patch_pipe_engine",
+       }.items()},
     **{name: "phantom.adapters.torchtitan:" + func
        for name, func in {
            "torchtitan": "compat_torchtitan",

@@ -81,6 +81,11 @@ class _BackendView:
     def comm_split_count(self) -> int:
         return 0
 
+    def perform_nocolor_split(self, device) -> None:
+        """c10d `_new_process_group_helper`: a rank outside a new group still joins NCCL's
+        communicator split, with no color (DeepSpeed's pipeline engine creates one group per
+        stage pair on every rank). Nothing to simulate: the new group is not created here."""
+
     def name(self) -> str:
         return "nccl"
 

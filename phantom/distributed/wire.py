@@ -55,7 +55,9 @@ def pack_tensor(t) -> tuple[str, tuple[int, ...], bytes]:
     import torch
 
     t = t.detach().contiguous()
-    raw = t.view(torch.uint8) if t.numel() and t.element_size() > 0 else t.to(torch.uint8)
+    # reshape(-1): a 0-dim tensor (a broadcast scalar, e.g. DeepSpeed's list-length check)
+    # cannot be viewed as bytes of another element size
+    raw = t.reshape(-1).view(torch.uint8) if t.numel() and t.element_size() > 0 else t.to(torch.uint8)
     return str(t.dtype).removeprefix("torch."), tuple(t.shape), raw.numpy().tobytes()
 
 

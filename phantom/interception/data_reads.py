@@ -70,12 +70,27 @@ _SHADOW_PASSTHROUGH = {
 }
 
 
+# Indexing ops: the output's values are the same indexing of the input's shadow (a metadata
+# buffer read element by element, as DeepSpeed's pipeline engine reads its shape messages).
+_SHADOW_INDEXING = {aten.select.int, aten.slice.Tensor}
+
+
+def _index_shadow(func: Any, args: tuple, out: Any) -> None:
+    shadow = getattr(args[0], SHADOW_ATTR, None) if args else None
+    if shadow is None or not isinstance(out, torch.Tensor):
+        return
+    with torch._subclasses.fake_tensor.unset_fake_temporarily():
+        set_shadow(out, func(shadow, *args[1:]))
+
+
 class DataReadError(RuntimeError):
     pass
 
 
 def propagate_hint(func: Any, args: tuple, out: Any) -> None:
     """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
+    if func in _SHADOW_INDEXING:
+        _index_shadow(func, args, out)  # and the hint below (select passes it through)
     if func in _VALUE_SOURCES:
         hint = _VALUE_SOURCES[func](args)
     elif func in _HINT_PASSTHROUGH:

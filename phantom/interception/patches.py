@@ -116,6 +116,44 @@ def _patch_storage_resize(sim: "Simulation") -> None:
     torch.UntypedStorage.resize_ = resize_
 
 
+def _patch_record_stream(sim: "Simulation") -> None:
+    """`Tensor.record_stream(stream)` is a C++ binding that only accepts a C++ torch.Stream,
+    so a simulated torch.cuda.Stream fails with "unknown parameter type" (DeepSpeed's ZeRO
+    1/2 records every reduced bucket on its reduction stream). For a simulated stream the
+    tensor's block is marked used on that stream in the allocator model (the C++
+    allocator's rule: not reusable until that stream's work is done)."""
+    from phantom.interception.cuda_api import Stream
+
+    real_record_stream = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        if isinstance(stream, Stream):
+            sim.record_stream(self, stream.stream_id)
+            return None
+        return real_record_stream(self, stream)
+
+    torch.Tensor.record_stream = record_stream
+
+
+def _patch_tolist() -> None:
+    """FakeTensor.tolist (torch/_subclasses/fake_tensor.py) reads a tensor element by element
+    with `.item()`: one simulated device-to-host sync per element where a real CUDA tensor's
+    `tolist()` makes one copy, and element reads lose the values phantom knows for a small
+    tensor (its "shadow", e.g. a shape message received from another rank, DeepSpeed's
+    pipeline engine). A simulated CUDA tensor reads through `.cpu()` instead: one copy, the
+    device-to-host read phantom answers, with the shadow's values when there is one."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    fake_tolist = FakeTensor.tolist
+
+    def tolist(self):
+        if self.device.type == "cuda":
+            return self.cpu().tolist()
+        return fake_tolist(self)
+
+    FakeTensor.tolist = tolist
+
+
 def _patch_dtensor_shape_propagation() -> None:
     """DTensor computes an op's global output shape by running the op on global-shape fake
     tensors under `detect_fake_mode() or FakeTensorMode()` (torch/distributed/tensor/
@@ -191,5 +229,7 @@ def install(sim: "Simulation") -> None:
     _patch_optimizer_defaults()
     _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
+    _patch_record_stream(sim)
+    _patch_tolist()
     _patch_compile()
     _patch_optimizer_steps(sim)

@@ -1,0 +1,292 @@
+"""DeepSpeed end-to-end benchmark: examples/deepspeed/train.py (HF Llama + deepspeed.initialize) with
+ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
+
+    python bench/deepspeed.py list
+    python bench/deepspeed.py real --out bench/data/deepspeed_real_h200x2.json      # on the 2-GPU machine
+    python bench/deepspeed.py sim --gpu H200 --real bench/data/deepspeed_real_h200x2.json \\
+        --out bench/data/deepspeed_sim_h200x2
+    python bench/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
+
+`real` first builds DeepSpeed's FusedAdam CUDA extension (JIT, nvcc) once, then runs each config
+with `torchrun --nproc-per-node 2` and records the script's own `summary:` line (median step time
+after the warm-up steps, peak allocated memory as the max over ranks). If the FusedAdam build
+fails, every config runs with DeepSpeed's `torch_adam` (torch.optim.AdamW, fused=True) instead,
+and the JSON says so; `sim` then uses the same optimizer. It also times one optimizer step of
+DeepSpeed's FusedAdam and of torch's fused AdamW on the same flat fp32 partition
+(`bench/kernels/deepspeed_adam.py`), which is how phantom prices FusedAdam.
+
+`sim` runs the same configs under `phantom run --nproc-per-node 2 --gpu H200` and writes
+`<out>.md` (the table of bench/README.md) and `<out>.json`.
+
+`scale` runs Llama3 8B under ZeRO-3 (examples/deepspeed/train.py) and under FSDP2
+(examples/llama_train.py) on 16 simulated H100 (2 nodes of `h100-ib`), same batch and sequence,
+and writes both results.
+
+Standard library only: the work happens in the subprocesses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collectives import environment, phantom_cmd, run_streaming, torchrun_cmd, write_json  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = "examples/deepspeed/train.py"
+CONFIGS = REPO / "examples" / "deepspeed"
+SUMMARY_RE = re.compile(r"^summary: (.*)$", re.M)
+HEADER_RE = re.compile(r"^device: (.*)$", re.M)
+
+
+@dataclass
+class Config:
+    name: str
+    zero: int
+    model: str
+    seq_len: int
+    micro_batch: int
+    grad_accum: int = 1
+    ac: bool = False
+    steps: int = 8
+    warmup: int = 3
+
+    def args(self, config_path: str) -> list[str]:
+        out = [SCRIPT, "--deepspeed_config", config_path, "--model", self.model,
+               "--seq-len", str(self.seq_len), "--micro-batch", str(self.micro_batch),
+               "--grad-accum", str(self.grad_accum), "--steps", str(self.steps),
+               "--warmup", str(self.warmup)]
+        return out + (["--ac"] if self.ac else [])
+
+
+CONFIGS_2GPU = [  # in the order the real run takes them (most wanted first)
+    Config("z2-1b", 2, "llama-1b", 2048, 4),
+    Config("z3-1b", 3, "llama-1b", 2048, 4),
+    Config("z2-3b-ac", 2, "llama-3b", 2048, 4, ac=True),
+    Config("z3-3b-ac", 3, "llama-3b", 2048, 4, ac=True),
+    Config("z3-1b-ga2", 3, "llama-1b", 2048, 2, grad_accum=2),
+]
+
+
+def ds_config(zero: int, optimizer: str, out_dir: str) -> str:
+    """The example's JSON for this ZeRO stage; with optimizer 'torch_fused', DeepSpeed's
+    `torch_adam` switch (torch.optim.AdamW, here with fused=True) instead of FusedAdam."""
+    config = json.loads((CONFIGS / f"zero{zero}.json").read_text())
+    if optimizer == "torch_fused":
+        config["optimizer"]["params"].update(torch_adam=True, fused=True)
+    path = Path(out_dir) / f"zero{zero}_{optimizer}.json"
+    path.write_text(json.dumps(config, indent=2))
+    return str(path)
+
+
+def parse_summary(output: str) -> dict | None:
+    m = None
+    for m in SUMMARY_RE.finditer(output):
+        pass
+    if m is None:
+        return None
+    fields = dict(kv.split("=", 1) for kv in m.group(1).split())
+    out = {k: float(v.rstrip("M")) for k, v in fields.items()}
+    header = HEADER_RE.search(output)
+    out["header"] = header.group(1) if header else ""
+    return out
+
+
+def run_configs(launcher: list[str], configs: list[Config], optimizer: str, timeout: float,
+                log_path: str | None, on_row=None) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in configs:
+            r = run_streaming(launcher + c.args(ds_config(c.zero, optimizer, tmp)), timeout,
+                              log_path=log_path)
+            row = {"config": asdict(c), "wall_s": r["wall_s"], "optimizer": optimizer}
+            summary = parse_summary(r["output"])
+            if summary is None:
+                row["error"] = r.get("error") or "no summary line"
+                print("FAILED:", row["error"], flush=True)
+            else:
+                row.update(summary)
+            rows.append(row)
+            if on_row:
+                on_row(rows)
+    return rows
+
+
+def build_fused_adam(timeout: float, log_path: str | None) -> dict:
+    code = ("import time; t=time.time(); from deepspeed.ops.op_builder import FusedAdamBuilder; "
+            "FusedAdamBuilder().load(verbose=False); print(f'built fused_adam in {time.time()-t:.1f} s')")
+    r = run_streaming([sys.executable, "-c", code], timeout, log_path=log_path)
+    return {"ok": r["rc"] == 0 and not r.get("error"), "wall_s": r["wall_s"],
+            "error": r.get("error"), "tail": r["output"][-2000:]}
+
+
+def deepspeed_arch_list() -> None:
+    """DeepSpeed 0.19.8's op builder parses TORCH_CUDA_ARCH_LIST entries as numbers
+    (deepspeed/ops/op_builder/builder.py `compute_capability_args`: int('0a') fails on '9.0a',
+    which the lent GPU image sets), so the FusedAdam build fails there. The suffix only
+    enables arch-specific instructions the fused Adam kernel does not use: it is dropped."""
+    arch = os.environ.get("TORCH_CUDA_ARCH_LIST")
+    if arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = re.sub(r"(\d+\.\d+)[a-z]+", r"\1", arch)
+        print(f"TORCH_CUDA_ARCH_LIST {arch!r} -> {os.environ['TORCH_CUDA_ARCH_LIST']!r}", flush=True)
+
+
+def cmd_real(args: argparse.Namespace) -> None:
+    deepspeed_arch_list()
+    meta = environment()
+    meta["script"] = SCRIPT
+    configs = select(args.configs)
+    optimizer = args.optimizer
+    if optimizer == "fused_adam":
+        build = build_fused_adam(args.build_timeout, args.log)
+        meta["fused_adam_build"] = build
+        if not build["ok"]:
+            print("FusedAdam JIT build failed: every config uses torch_adam (fused) instead", flush=True)
+            optimizer = "torch_fused"
+    meta["optimizer"] = optimizer
+    if optimizer == "fused_adam":  # one optimizer step, DeepSpeed's kernel against torch's
+        r = run_streaming([sys.executable, "bench/kernels/deepspeed_adam.py"], 120, log_path=args.log)
+        meta["adam_kernels"] = [json.loads(l[len("adam: "):]) for l in r["output"].splitlines()
+                                if l.startswith("adam: ")]
+    write_json(args.out, {"meta": meta, "results": []})
+    rows = run_configs(torchrun_cmd(2), configs, optimizer, args.timeout, args.log,
+                       on_row=lambda rows: write_json(args.out, {"meta": meta, "results": rows}))
+    write_json(args.out, {"meta": meta, "results": rows})
+
+
+def select(names: str | None) -> list[Config]:
+    if not names:
+        return CONFIGS_2GPU
+    wanted = names.split(",")
+    unknown = set(wanted) - {c.name for c in CONFIGS_2GPU}
+    if unknown:
+        raise SystemExit(f"unknown config(s) {sorted(unknown)}; see `python bench/deepspeed.py list`")
+    return [c for c in CONFIGS_2GPU if c.name in wanted]
+
+
+def err(sim: float, real: float) -> float:
+    return (sim - real) / real * 100
+
+
+def cmd_sim(args: argparse.Namespace) -> None:
+    real = json.loads(Path(args.real).read_text())
+    real_rows = {r["config"]["name"]: r for r in real["results"]}
+    optimizer = real["meta"].get("optimizer", "fused_adam")
+    configs = [c for c in select(args.configs) if c.name in real_rows]
+    launcher = phantom_cmd(args.phantom) + ["run", "--quiet", "--nproc-per-node", "2", "--gpu", args.gpu, "--"]
+    rows = run_configs(launcher, configs, optimizer, args.timeout, None)
+    lines = [f"Real: {real['meta'].get('device')}, torch {real['meta'].get('torch')}, "
+             f"{real['meta'].get('date', '')[:10]}; optimizer {optimizer}. Simulated: `phantom run "
+             f"--nproc-per-node 2 --gpu {args.gpu}`.", "",
+             "| config | ZeRO | model | micro x accum x seq | real ms | sim ms | err % | "
+             "real peak GiB | sim peak GiB | err % |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    t_err, m_err = [], []
+    for row in rows:
+        c = Config(**row["config"])
+        r = real_rows[c.name]
+        shape = f"{c.micro_batch} x {c.grad_accum} x {c.seq_len}" + (" ac" if c.ac else "")
+        if "error" in row or "error" in r:
+            lines.append(f"| {c.name} | {c.zero} | {c.model} | {shape} | "
+                         f"{r.get('median_iter_ms', 'failed')} | failed: {row.get('error', '')[:60]} | | | | |")
+            continue
+        te = err(row["median_iter_ms"], r["median_iter_ms"])
+        me = err(row["max_peak_alloc_gib"], r["max_peak_alloc_gib"])
+        t_err.append(abs(te))
+        m_err.append(abs(me))
+        row.update(real_ms=r["median_iter_ms"], time_err_pct=round(te, 2),
+                   real_peak_gib=r["max_peak_alloc_gib"], mem_err_pct=round(me, 2))
+        lines.append(f"| {c.name} | {c.zero} | {c.model} | {shape} | {r['median_iter_ms']:.1f} | "
+                     f"{row['median_iter_ms']:.1f} | {te:+.1f} | {r['max_peak_alloc_gib']:.2f} | "
+                     f"{row['max_peak_alloc_gib']:.2f} | {me:+.1f} |")
+    if t_err:
+        lines += ["", f"Iteration time |error| mean {statistics.mean(t_err):.1f}%, max {max(t_err):.1f}%; "
+                      f"peak memory (max over ranks) |error| mean {statistics.mean(m_err):.1f}%, "
+                      f"max {max(m_err):.1f}%."]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(args.out + ".md").write_text(text)
+    write_json(args.out + ".json", {"real": args.real, "gpu": args.gpu, "results": rows})
+
+
+def cmd_scale(args: argparse.Namespace) -> None:
+    """Llama3 8B, ZeRO-3 (DeepSpeed) against FSDP2 (examples/llama_train.py), 16 simulated H100.
+    Each run keeps a run directory (`--out`) so the steady-step breakdown (compute, exposed
+    communication, idle) and the GPU time by class explain any difference."""
+    shape = ["--seq-len", str(args.seq_len)] + (["--ac"] if args.ac else [])
+    results: dict = {"layout": f"16 x H100 (2 nodes of h100-ib), seq {args.seq_len}, {args.micro_batch} "
+                               f"sequence(s) per rank, activation checkpointing {args.ac}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = {
+            "deepspeed_zero3": [SCRIPT, "--deepspeed_config", ds_config(3, "fused_adam", tmp), "--model",
+                                "llama3-8b", "--micro-batch", str(args.micro_batch)],
+            "fsdp2": ["examples/llama_train.py", "--preset", "llama3-8b", "--local-batch-size",
+                      str(args.micro_batch)],
+        }
+        for name, target in runs.items():
+            run_dir = Path(tmp) / name
+            cmd = phantom_cmd(args.phantom) + ["run", "--quiet", "--out", str(run_dir), "--cluster", "h100-ib",
+                                               "--nnodes", "2", "--nproc-per-node", "8", "--"]
+            r = run_streaming(cmd + target + ["--steps", "5", "--warmup", "2"] + shape, args.timeout)
+            results[name] = parse_summary(r["output"]) or {"error": r.get("error")}
+            report = run_dir / "report.json"
+            if report.exists():
+                results[name]["phantom"] = explain(json.loads(report.read_text()), warmup=2)
+    print(json.dumps(results, indent=2))
+    write_json(args.out + ".json", results)
+
+
+def explain(report: dict, warmup: int) -> dict:
+    """Mean steady-step breakdown and GPU time by class from a phantom run report."""
+    steps = (report.get("breakdown") or {}).get("iterations", [])[warmup:]
+    keys = ("time_ms", "compute_ms", "exposed_comm_ms", "idle_ms")
+    mean = {k: round(statistics.mean(s[k] for s in steps), 1) for k in keys} if steps else {}
+    classes = {k: round(v["share"], 3) for k, v in (report.get("op_classes") or {}).items()}
+    colls = [{k: c.get(k) for k in ("kind", "bytes", "calls", "network_ms")}
+             for c in (report.get("top_collectives") or [])[:4]]
+    return {"steady_step": mean, "gpu_busy_fraction": report.get("gpu_busy_fraction"),
+            "gpu_time_share": classes, "top_collectives": colls}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    p = sub.add_parser("real")
+    p.add_argument("--out", required=True)
+    p.add_argument("--configs", help="comma-separated config names (default: all)")
+    p.add_argument("--optimizer", choices=["fused_adam", "torch_fused"], default="fused_adam")
+    p.add_argument("--timeout", type=float, default=150)
+    p.add_argument("--build-timeout", type=float, default=240)
+    p.add_argument("--log")
+    p = sub.add_parser("sim")
+    p.add_argument("--real", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--gpu", default="H200")
+    p.add_argument("--configs")
+    p.add_argument("--phantom", help="command that runs phantom (default: `phantom`)")
+    p.add_argument("--timeout", type=float, default=900)
+    p = sub.add_parser("scale")
+    p.add_argument("--out", required=True)
+    p.add_argument("--seq-len", type=int, default=8192)
+    p.add_argument("--micro-batch", type=int, default=1)
+    p.add_argument("--ac", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--phantom")
+    p.add_argument("--timeout", type=float, default=1800)
+    args = parser.parse_args()
+    if args.cmd == "list":
+        for c in CONFIGS_2GPU:
+            print(c)
+    else:
+        {"real": cmd_real, "sim": cmd_sim, "scale": cmd_scale}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

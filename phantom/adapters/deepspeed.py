@@ -1,0 +1,211 @@
+"""DeepSpeed 0.19 under simulation: `phantom run --nproc-per-node N script.py --deepspeed_config ...`.
+
+A DeepSpeed training script runs unchanged; these patches, applied by the import hook in
+phantom/adapters/__init__.py only when DeepSpeed's modules are imported, fix the places where
+DeepSpeed cannot run on a simulated GPU. Each names the DeepSpeed code it works around.
+
+Simulation policy (README, "DeepSpeed"):
+- Op builders: DeepSpeed compiles its CUDA extensions (FusedAdam, FusedLamb, ...) with nvcc
+  when first used (`OpBuilder.load` -> `jit_load`). A CPU machine cannot build them, and a
+  built kernel could not run on a fake tensor anyway. The ops a training step needs are
+  simulated instead: FusedAdam's `multi_tensor_adam` is charged as the fused multi-tensor
+  AdamW kernel (`aten._fused_adamw_` / `_fused_adam_`), the same memory-bound one-pass update
+  over (grad, param, exp_avg, exp_avg_sq) chunks; phantom's cost model prices it from the
+  measured torch fused-AdamW rows. Any other CUDA op builder is a clear error naming the op,
+  never a silent swap for a different optimizer.
+- One phantom iteration per DeepSpeed engine step (`patch_engine`).
+- The pipeline engine's shape messages between stages carry real values (`patch_pipe_engine`).
+- `phantom deepspeed` (launcher arguments, phantom/launcher/deepspeed_cli.py) gets the
+  launcher's `--local_rank=N` script argument (`patch_package`).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+
+from phantom.interception.mode import SimulationError
+
+# DeepSpeed op name (OpBuilder.NAME) -> factory of the simulated extension module.
+SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module"}
+
+
+def _is_phantom_tensor(x: object) -> bool:
+    return isinstance(x, FakeTensor) and x.device.type == "cuda"
+
+
+def _warn(message: str) -> None:
+    warnings.warn(f"phantom: {message}", stacklevel=3)
+
+
+# -- simulated CUDA extensions ----------------------------------------------------------------
+
+class _StepCounters:
+    """`aten._fused_adamw_` takes one float32 step tensor per parameter (it increments them);
+    DeepSpeed's kernel takes the step as a host int. The counters are device tensors made once
+    per list length and reused, so steady-state steps launch only the fused update kernel, as
+    the real multi_tensor_adam does (it launches nothing but the update)."""
+
+    def __init__(self) -> None:
+        self._lists: dict[tuple[int, torch.device], list[torch.Tensor]] = {}
+
+    def get(self, n: int, device: torch.device) -> list[torch.Tensor]:
+        key = (n, device)
+        if key not in self._lists:
+            self._lists[key] = [torch.zeros((), dtype=torch.float32, device=device) for _ in range(n)]
+        return self._lists[key]
+
+
+def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]],
+                      lr: float, beta1: float, beta2: float, epsilon: float, step: int, mode: int,
+                      bias_correction: int, weight_decay: float, *, _steps: _StepCounters) -> None:
+    """deepspeed/ops/csrc/adam/multi_tensor_adam.cu `multi_tensor_adam(chunk_size, noop_flag,
+    [grads, params, exp_avgs, exp_avg_sqs], lr, beta1, beta2, eps, step, mode, bias_correction,
+    weight_decay)`: one multi-tensor-apply launch updating every tensor in place (mode 1:
+    AdamW, decoupled weight decay; mode 0: Adam with L2). Simulated as torch's fused kernel of
+    the same mode, which reads and writes the same tensors once per element."""
+    grads, params, exp_avgs, exp_avg_sqs = tensor_lists
+    if not params:
+        return
+    if not bias_correction:
+        raise SimulationError("phantom: FusedAdam(bias_correction=False) is not simulated "
+                              "(README, 'DeepSpeed').")
+    fused = torch._fused_adamw_ if mode == 1 else torch._fused_adam_
+    fused(params, grads, exp_avgs, exp_avg_sqs, [], _steps.get(len(params), params[0].device),
+          lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=epsilon,
+          amsgrad=False, maximize=False)
+
+
+def fused_adam_module() -> Any:
+    steps = _StepCounters()
+
+    def op(*args: Any, **kwargs: Any) -> None:
+        multi_tensor_adam(*args, _steps=steps, **kwargs)
+
+    return SimpleNamespace(multi_tensor_adam=op, __name__="phantom_simulated_fused_adam")
+
+
+# -- patches -----------------------------------------------------------------------------------
+
+def patch_op_builder(module: ModuleType) -> None:
+    """deepspeed/ops/op_builder/builder.py `OpBuilder.load()` imports a prebuilt extension or
+    JIT-compiles it with nvcc (`jit_load`). Under simulation there is no CUDA toolkit to build
+    with and no GPU to run on: a simulated op comes back for the ops in SIMULATED_OPS, a clear
+    error for any other CUDA op. CPU-only builders (e.g. CPUAdam for ZeRO-Offload) would need
+    a real CPU kernel on fake GPU tensors' host copies: also an error."""
+    cls = module.OpBuilder
+
+    def load(self, verbose: bool = False):
+        name = getattr(self, "name", None) or getattr(self, "NAME", "?")
+        factory = SIMULATED_OPS.get(name)
+        if factory is None:
+            raise SimulationError(
+                f"phantom: DeepSpeed op '{name}' ({type(self).__name__}) is a CUDA/C++ extension "
+                f"that is not simulated; simulated ops: {', '.join(SIMULATED_OPS)} (README, "
+                "'DeepSpeed').")
+        loaded = cls._loaded_ops
+        if name not in loaded:
+            loaded[name] = globals()[factory]()
+        return loaded[name]
+
+    cls.load = load
+
+
+def patch_package(module: ModuleType) -> None:
+    """deepspeed/launcher/launch.py starts each rank as `python -u SCRIPT --local_rank=N ARGS`,
+    and DeepSpeed scripts commonly read `args.local_rank` (torchrun instead sets only the
+    LOCAL_RANK variable). `phantom deepspeed` (phantom/launcher/deepspeed_cli.py) runs every
+    rank with one command line, so the argument is put in this rank's sys.argv, at the same
+    place, when the script imports deepspeed (scripts import it before parsing arguments).
+    Off with the launcher's --no_local_rank, and under plain `phantom run` (torchrun's
+    behaviour)."""
+    from phantom.launcher.deepspeed_cli import LOCAL_RANK_ARG_ENV
+
+    if os.environ.get(LOCAL_RANK_ARG_ENV) != "1" or "LOCAL_RANK" not in os.environ:
+        return
+    if any(a.startswith("--local_rank") for a in sys.argv[1:]):
+        return
+    sys.argv.insert(1, f"--local_rank={os.environ['LOCAL_RANK']}")
+
+
+def patch_engine(module: ModuleType) -> None:
+    """deepspeed/runtime/engine.py `DeepSpeedEngine._take_model_step` runs one optimizer step
+    at a gradient-accumulation boundary. phantom marks an iteration at the end of each
+    outermost torch optimizer step (interception/patches.py), but DeepSpeed's ZeRO optimizers
+    are not torch.optim.Optimizer subclasses, and ZeRO-3 steps its inner FusedAdam once per
+    parameter sub-group (`sub_group_size`): a 70B model on 16 ranks would count 5 iterations
+    per step. Running torch's global optimizer-step hooks around `_take_model_step` makes it
+    the outermost step, so each engine step marks exactly one iteration."""
+    from torch.optim import optimizer as torch_optimizer
+
+    engine = module.DeepSpeedEngine
+    original = engine._take_model_step
+
+    def _take_model_step(self, *args, **kwargs):
+        inner = self.basic_optimizer if self.basic_optimizer is not None else self.optimizer
+        for hook in list(torch_optimizer._global_optimizer_pre_hooks.values()):
+            hook(inner, (), {})
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            for hook in list(torch_optimizer._global_optimizer_post_hooks.values()):
+                hook(inner, (), {})
+
+    engine._take_model_step = _take_model_step
+
+
+def patch_pipe_engine(module: ModuleType) -> None:
+    """deepspeed/runtime/pipe/engine.py `PipelineEngine._send_tensor_meta` /
+    `_recv_tensor_meta`: before the first activation (and gradient) transfer, stages send each
+    other the shapes and dtypes as a 256-element int32 GPU tensor, written with a slice
+    `copy_` into a `torch.empty` buffer and read back with `.item()`/`.tolist()` on slices.
+    phantom carries real values through a collective only for tensors whose values it knows as
+    a whole (a CPU tensor copied to the GPU), and a slice write into an uninitialised buffer is
+    not one. The same message (one 256 x int32 send/recv pair) is built from a whole CPU
+    tensor and received into a known buffer, read back with one `.tolist()`; the parsing is
+    DeepSpeed's. Values of real shapes, never data: no placeholder can leak into a shape."""
+    engine = module.PipelineEngine
+    size = module.TENSOR_META_SIZE
+    p2p = module.p2p
+
+    def meta_list(self, buffer) -> list[int]:
+        if isinstance(buffer, torch.Tensor):
+            return [0, self.DTYPE_TO_ID[buffer.dtype], len(buffer.size()), *buffer.size()]
+        if isinstance(buffer, tuple):
+            out = [2, len(buffer)]
+            for t in buffer:
+                out += [self.DTYPE_TO_ID[t.dtype], len(t.size()), *t.size()]
+            return out
+        raise NotImplementedError(f"Could not send meta type {type(buffer)}")
+
+    def _send_tensor_meta(self, buffer, recv_stage):
+        values = meta_list(self, buffer)
+        assert len(values) <= size, f"Buffer for metadata is too small: {size} < {len(values)}"
+        meta = torch.tensor(values + [0] * (size - len(values)), dtype=torch.int32).to(self.device)
+        p2p.send(meta, recv_stage)
+
+    def _recv_tensor_meta(self, send_stage):
+        buffer = torch.zeros(size, dtype=torch.int32).to(self.device)
+        p2p.recv(buffer, send_stage)
+        meta = buffer.tolist()
+        if meta[0] == 0:
+            ndims = meta[2]
+            return self._allocate_or_extend_buffers(0, meta[3:3 + ndims], self.ID_TO_DTYPE[meta[1]])
+        if meta[0] in (1, 2):
+            buffers, offset = [], 2
+            for idx in range(meta[1]):
+                dtype, ndims = self.ID_TO_DTYPE[meta[offset]], meta[offset + 1]
+                shape = meta[offset + 2:offset + 2 + ndims]
+                offset += 2 + ndims
+                buffers.append(self._allocate_or_extend_buffers(idx, shape, dtype))
+            return tuple(buffers) if meta[0] == 2 else buffers
+        raise SimulationError(f"phantom: DeepSpeed pipeline metadata of unknown type {meta[0]} "
+                              "(the sending stage's values did not arrive)")
+
+    engine._send_tensor_meta = _send_tensor_meta
+    engine._recv_tensor_meta = _recv_tensor_meta
