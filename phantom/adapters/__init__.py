@@ -32,6 +32,10 @@ ADAPTERS: dict[str, str] = {
            "torchtitan.distributed.compile": "patch_compile",
            "torchtitan.components.quantization": "patch_quantization",
        }.items()},
+    **{name: "phantom.adapters.megatron:" + func
+       for name, func in {
+           "megatron.core.utils": "patch_utils",
+       }.items()},
 }
 # module name -> context manager (a function of no arguments) entered while that module's
 # own code runs: for a module whose import needs a stand-in under simulation.
