@@ -397,6 +397,13 @@ class Simulation:
     def _record_free(self, entry: list) -> None:
         self.recorder.free(entry[2] if len(entry) > 2 else None, self.timeline.host_ns)
 
+    def record_stream(self, t: torch.Tensor, stream_id: int) -> None:
+        """`Tensor.record_stream`: the tensor's block is in use on another stream too."""
+        entry = self._storages.get(t.untyped_storage()._cdata) if t.device.type == "cuda" \
+            else None
+        if entry is not None and entry[0] is not None:
+            self.allocator.record_stream(entry[0], stream_id)
+
     def on_storage_resize(self, storage: Any, nbytes: int) -> None:
         """`UntypedStorage.resize_` on a CUDA storage: the caching allocator frees the old
         block and allocates one of the new size (FSDP2 frees and re-allocates its unsharded

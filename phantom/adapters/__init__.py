@@ -35,6 +35,8 @@ ADAPTERS: dict[str, str] = {
     **{name: "phantom.adapters.megatron:" + func
        for name, func in {
            "megatron.core.utils": "patch_utils",
+           "megatron.core.transformer.moe.moe_utils": "patch_moe_utils",
+           "megatron.core.transformer.moe.token_dispatcher": "patch_token_dispatcher",
        }.items()},
 }
 # module name -> context manager (a function of no arguments) entered while that module's

@@ -502,7 +502,11 @@ class PhantomProcessGroup(ProcessGroup):
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n, me = self.size(), self.rank()
         row = _nbytes(input) // max(input.shape[0], 1) if input.dim() else _nbytes(input)
-        splits = list(input_split_sizes) if input_split_sizes else [input.shape[0] // n] * n
+        # Split sizes may be any sequence c10d accepts, numpy arrays included (Megatron's MoE
+        # dispatcher passes them): test for emptiness by length, not truth value.
+        splits = ([int(s) for s in input_split_sizes]
+                  if input_split_sizes is not None and len(input_split_sizes)
+                  else [input.shape[0] // n] * n)
         transfers = tuple((dist.get_rank(), peer, int(s) * row)
                           for peer, s in zip(self.info.members, splits) if peer != dist.get_rank())
         payload = _payload([input])

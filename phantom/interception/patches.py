@@ -141,8 +141,27 @@ def _patch_dtensor_shape_propagation() -> None:
     ShardingPropagator._propagate_tensor_meta_non_cached = propagate
 
 
+def _patch_record_stream(sim: "Simulation") -> None:
+    """`Tensor.record_stream(stream)` takes a C++ `c10::Stream`; phantom's `torch.cuda.Stream`
+    is a Python object, so the binding raises "unknown parameter type" (Megatron's MoE
+    dispatcher records its device-to-host copies on a side stream). For a simulated stream
+    the use is recorded in the allocator model instead."""
+    from phantom.interception.cuda_api import Stream
+
+    real_record_stream = torch.Tensor.record_stream
+
+    def record_stream(self, stream):
+        if isinstance(stream, Stream):
+            sim.record_stream(self, stream.stream_id)
+            return None
+        return real_record_stream(self, stream)
+
+    torch.Tensor.record_stream = record_stream
+
+
 def install(sim: "Simulation") -> None:
     _patch_swap_tensors()
+    _patch_record_stream(sim)
     _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
     _patch_compile()
