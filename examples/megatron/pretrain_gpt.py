@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
@@ -43,7 +42,13 @@ from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 from megatron.core.timers import Timers
 from megatron.core.tokenizers import MegatronTokenizer
+from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.module import Float16Module
+from megatron.core.transformer.torch_norm import WrappedTorchNorm
+from megatron.core.transformer.transformer_block import (
+    TransformerBlockSubmodules,
+    get_num_layers_to_build,
+)
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 
@@ -89,6 +94,36 @@ PRESETS: dict[str, Arch] = {
 }
 
 
+class SDPAttention(DotProductAttention):
+    """Core attention through torch's fused `scaled_dot_product_attention` (FlashAttention on
+    Hopper), for runs without Transformer Engine: the local spec's `DotProductAttention`
+    materialises the [b, heads, s, s] scores. Causal self-attention only."""
+
+    def forward(self, query, key, value, attention_mask, attn_mask_type=None,
+                attention_bias=None, packed_seq_params=None):
+        assert packed_seq_params is None and attention_bias is None
+        # [s, b, heads, dim] -> [b, heads, s, dim]
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=True, scale=self.softmax_scale,
+            enable_gqa=k.shape[1] != q.shape[1])
+        return out.permute(2, 0, 1, 3).reshape(out.shape[2], out.shape[0], -1)
+
+
+class SequenceParallelTorchNorm:
+    """torch LayerNorm/RMSNorm for sequence parallelism without Apex or Transformer Engine
+    (Megatron's `WrappedTorchNorm` refuses it): the weights are marked `sequence_parallel`, so
+    `finalize_model_grads` all-reduces their gradients over the TP group, as Megatron does for
+    Apex's and TE's norms."""
+
+    def __new__(cls, config: TransformerConfig, hidden_size: int, eps: float = 1e-5, **_):
+        norm_cls = torch.nn.RMSNorm if config.normalization == "RMSNorm" else torch.nn.LayerNorm
+        norm = norm_cls(hidden_size, eps=eps)
+        for param in norm.parameters():
+            param.sequence_parallel = config.sequence_parallel
+        return norm
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
@@ -115,7 +150,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--recompute-method", choices=["uniform", "block"], default="uniform")
     p.add_argument("--recompute-num-layers", type=int, default=1)
-    p.add_argument("--moe-grouped-gemm", action="store_true")
+    p.add_argument("--core-attention", choices=["local", "sdpa"], default="local",
+                   help="the local spec's DotProductAttention, or torch SDPA (flash)")
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall"],
                    default="alltoall")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
@@ -134,7 +170,6 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
     if arch.num_experts:
         moe = dict(num_moe_experts=arch.num_experts, moe_router_topk=arch.moe_router_topk,
                    moe_ffn_hidden_size=arch.moe_ffn_hidden_size or arch.ffn_hidden_size,
-                   moe_grouped_gemm=args.moe_grouped_gemm,
                    moe_token_dispatcher_type=args.moe_token_dispatcher_type,
                    moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
                    expert_model_parallel_size=args.ep,
@@ -179,11 +214,22 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
 
 
 def model_provider(config: TransformerConfig, arch: Arch, vocab: int, seq: int,
-                   pre_process: bool, post_process: bool, vp_stage: int | None) -> GPTModel:
-    spec = get_gpt_layer_local_spec(num_experts=arch.num_experts,
-                                    moe_grouped_gemm=config.moe_grouped_gemm,
-                                    qk_layernorm=arch.qk_layernorm,
+                   pre_process: bool, post_process: bool, vp_stage: int | None,
+                   core_attention: str = "local") -> GPTModel:
+    spec = get_gpt_layer_local_spec(num_experts=arch.num_experts, qk_layernorm=arch.qk_layernorm,
                                     normalization=arch.normalization)
+    if core_attention == "sdpa":
+        spec.submodules.self_attention.submodules.core_attention = SDPAttention
+    if config.sequence_parallel:
+        # The decoder block spec with every torch norm (layers' and the final one) replaced.
+        layer, attn = spec.submodules, spec.submodules.self_attention.submodules
+        for owner, name in ((layer, "input_layernorm"), (layer, "pre_mlp_layernorm"),
+                            (attn, "q_layernorm"), (attn, "k_layernorm")):
+            if getattr(owner, name, None) is WrappedTorchNorm:
+                setattr(owner, name, SequenceParallelTorchNorm)
+        spec = TransformerBlockSubmodules(
+            layer_specs=[spec] * get_num_layers_to_build(config, vp_stage=vp_stage),
+            layer_norm=SequenceParallelTorchNorm)
     return GPTModel(config=config, transformer_layer_spec=spec, vocab_size=vocab,
                     max_sequence_length=seq, pre_process=pre_process,
                     post_process=post_process, share_embeddings_and_output_weights=False,
@@ -199,7 +245,8 @@ def build_model(args, config, arch, vocab, seq) -> list[DistributedDataParallel]
         stage = i if vp else None
         pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage)
         post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage)
-        chunks.append(model_provider(config, arch, vocab, seq, pre, post, stage))
+        chunks.append(model_provider(config, arch, vocab, seq, pre, post, stage,
+                                     args.core_attention))
     for chunk in chunks:
         for param in chunk.parameters():
             tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)
