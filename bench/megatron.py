@@ -144,6 +144,12 @@ def cmd_real(args: argparse.Namespace) -> None:
                                   env=env, results=results))
 
 
+def cmd_table(args: argparse.Namespace) -> None:
+    sim = json.loads(Path(args.out + ".json").read_text())
+    real = json.loads(Path(args.real).read_text())
+    write_sim(args.out, sim["results"], real, sim["gpu"])
+
+
 def cmd_sim(args: argparse.Namespace) -> None:
     real = json.loads(Path(args.real).read_text()) if args.real else {"results": {}}
     rows = {}
@@ -159,8 +165,9 @@ def cmd_sim(args: argparse.Namespace) -> None:
 def write_sim(out: str, rows: dict, real: dict, gpu: str) -> None:
     write_json(out + ".json", dict(gpu=gpu, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                    real=real.get("device"), results=rows))
+    device = "; ".join(sorted(set(str(real.get("device", "no real run")).splitlines())))
     lines = [f"Megatron-Core 0.16 `examples/megatron/pretrain_gpt.py`, 2 x {gpu}: phantom vs "
-             f"real ({real.get('device', 'no real run')}, torch {real.get('torch', '?')}, "
+             f"real (2 x {device}, torch {real.get('torch', '?')}, "
              f"{real.get('date', '?')}). Median of iterations {WARMUP + 1}+.", "",
              "| config | real ms/iter | sim ms/iter | error | real TFLOP/s/GPU | sim | real "
              "max alloc GiB | sim | error | sim wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
@@ -258,12 +265,16 @@ def main() -> None:
     q.add_argument("--real")
     q.add_argument("--configs")
     q.add_argument("--timeout", type=float, default=1800)
+    q = sub.add_parser("table", help="rewrite <out>.md from <out>.json and the real JSON")
+    q.add_argument("--out", required=True)
+    q.add_argument("--real", required=True)
     q = sub.add_parser("published")
     q.add_argument("--out", required=True)
     q.add_argument("--rows")
     q.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args()
-    {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "published": cmd_published}[args.cmd](args)
+    {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "table": cmd_table,
+     "published": cmd_published}[args.cmd](args)
 
 
 if __name__ == "__main__":
