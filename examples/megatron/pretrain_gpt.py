@@ -155,6 +155,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall"],
                    default="alltoall")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
+    p.add_argument("--disable-gloo-process-groups", action="store_true",
+                   help="create no gloo (CPU) groups; they serve only checkpointing here")
     p.add_argument("--seed", type=int, default=1234)
     return p.parse_args()
 
@@ -265,7 +267,7 @@ def build_model(args, config, arch, vocab, seq) -> list[DistributedDataParallel]
     return model
 
 
-def data_iterator(args, seq: int, vocab: int, micro: int):
+def data_loader(args, seq: int, vocab: int, micro: int):
     tokenizer = MegatronTokenizer.from_pretrained(metadata_path={"library": "null"},
                                                   vocab_size=vocab - 1)
     dp_size = parallel_state.get_data_parallel_world_size()
@@ -279,9 +281,8 @@ def data_iterator(args, seq: int, vocab: int, micro: int):
     sampler = torch.utils.data.distributed.DistributedSampler(
         train_ds, num_replicas=dp_size, rank=parallel_state.get_data_parallel_rank(),
         shuffle=False, drop_last=True)
-    loader = torch.utils.data.DataLoader(train_ds, batch_size=micro, sampler=sampler,
-                                         drop_last=True, pin_memory=True)
-    return iter(loader)
+    return torch.utils.data.DataLoader(train_ds, batch_size=micro, sampler=sampler,
+                                       drop_last=True, pin_memory=True)
 
 
 def get_batch(data_iter):
@@ -336,7 +337,8 @@ def main() -> None:
     parallel_state.initialize_model_parallel(
         tensor_model_parallel_size=args.tp, pipeline_model_parallel_size=args.pp,
         virtual_pipeline_model_parallel_size=None, expert_model_parallel_size=args.ep,
-        expert_tensor_parallel_size=args.etp)
+        expert_tensor_parallel_size=args.etp,
+        create_gloo_process_groups=not args.disable_gloo_process_groups)
     model_parallel_cuda_manual_seed(args.seed)
 
     config = transformer_config(args, arch)
@@ -352,7 +354,7 @@ def main() -> None:
                         clip_grad=args.clip_grad,
                         use_distributed_optimizer=args.use_distributed_optimizer,
                         overlap_param_gather=args.overlap_param_gather),
-        model)
+        model, use_gloo_process_groups=not args.disable_gloo_process_groups)
 
     # megatron/training/training.py:train: hooks the schedules call for overlapped DP comms.
     config.no_sync_func = [m.no_sync for m in model]
@@ -375,8 +377,9 @@ def main() -> None:
         raise SystemExit(f"--global-batch-size {gbs} is not a multiple of micro batch x DP "
                          f"({micro} x {dp_size})")
     num_micro = gbs // (micro * dp_size)
-    data = data_iterator(args, seq, vocab, micro)
-    data_iters = [data] * len(model) if len(model) > 1 else data
+    loader = data_loader(args, seq, vocab, micro)
+    # One iterator per model chunk with the interleaved schedule, as megatron/training does.
+    data_iters = [iter(loader) for _ in model] if len(model) > 1 else iter(loader)
     forward_backward = get_forward_backward_func()
     timers = Timers(log_level=0, log_option="minmax")
     world = dist.get_world_size()

@@ -629,9 +629,32 @@ def install(comm: "RankComm", every_rank_runs: bool = True) -> None:
     _report_group_structure(c10d, comm)
     if not every_rank_runs:
         _store_without_waiting_for_workers()
+        _refuse_gloo_groups(c10d)
     _wait_for_reducer_buckets(comm)
     dist._verify_params_across_processes = _verify_params_across_processes
     dist.Logger = _ddp_logger_class(dist.Logger)
+
+
+def _refuse_gloo_groups(c10d) -> None:
+    """With representative ranks, a `new_group(backend="gloo")` would build a real
+    ProcessGroupGloo, whose rendezvous waits for every member: the ranks that do not run never
+    come, and the run would hang. Say so instead (Megatron creates gloo groups unless told
+    not to: `--disable-gloo-process-groups`)."""
+    real_new_group = c10d.new_group
+
+    @functools.wraps(real_new_group)
+    def new_group(*args, **kwargs):
+        backend = kwargs.get("backend", args[2] if len(args) > 2 else None)
+        if backend is not None and "gloo" in str(backend).lower():
+            from phantom.interception.mode import SimulationError
+
+            raise SimulationError(
+                "phantom: new_group(backend='gloo') is a real gloo group, which needs every "
+                "member running; with --ranks auto (or a list) only representatives run. Use "
+                "--ranks all, or create no gloo groups (Megatron: --disable-gloo-process-groups).")
+        return real_new_group(*args, **kwargs)
+
+    c10d.new_group = dist.new_group = new_group
 
 
 def _ddp_logger_class(real_logger: type) -> type:
