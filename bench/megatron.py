@@ -83,7 +83,7 @@ PUBLISHED = [
 # for by torch SDPA's flash kernel. Micro batch 1 is an assumption (the README does not say).
 PUBLISHED_ARGS = ("--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size",
                   "192", "--use-distributed-optimizer", "--overlap-grad-reduce",
-                  "--overlap-param-gather", "--core-attention", "sdpa", "--train-iters", "3",
+                  "--overlap-param-gather", "--core-attention", "sdpa", "--train-iters", "5",
                   "--disable-gloo-process-groups")
 
 

@@ -7,6 +7,7 @@ simulated values.
 """
 from __future__ import annotations
 
+import json
 import re
 import statistics
 
@@ -22,21 +23,23 @@ ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+) \| consumed samples:\s+(\d+) \| e
                   r".*?grad norm: ([\d.]+) \| number of skipped iterations:\s+(\d+)")
 
 
-def _train(nproc: int, *args: str, gpu: str = "H100", timeout: int = 300):
-    proc = run_phantom(["run", "--nproc-per-node", str(nproc), "--gpu", gpu, SCRIPT, *args],
-                       timeout=timeout)
+def _train(nproc: int, *args: str, gpu: str = "H100", timeout: int = 300, report=None):
+    extra = ["--report", str(report)] if report else []
+    proc = run_phantom(["run", "--nproc-per-node", str(nproc), "--gpu", gpu, *extra, SCRIPT,
+                        *args], timeout=timeout)
     out = proc.stdout + proc.stderr
     iters = [dict(it=int(m[0]), samples=int(m[2]), ms=float(m[3]), tflops=float(m[4]),
                   grad_norm=float(m[5]), skipped=int(m[6])) for m in ITER.findall(out)]
     return proc, out, iters
 
 
-def test_tp2_pp2_on_four_ranks():
+def test_tp2_pp2_on_four_ranks(tmp_path):
     """A small GPT with TP 2 x PP 2 (1F1B over 4 microbatches) on 4 simulated H100s, gradient
     clipping on: Megatron's log line prints every iteration with simulated time and TFLOP/s."""
+    report_path = tmp_path / "run.json"
     proc, out, iters = _train(4, "--preset", "tiny", "--tp", "2", "--pp", "2",
                               "--global-batch-size", "4", "--train-iters", "4",
-                              "--clip-grad", "1.0")
+                              "--clip-grad", "1.0", report=report_path)
     assert proc.returncode == 0, out[-4000:]
     assert "TP 2 PP 2 VPP 1 EP 1 DP 1" in out and "4 microbatches" in out
     assert [i["it"] for i in iters] == [1, 2, 3, 4]
@@ -47,10 +50,10 @@ def test_tp2_pp2_on_four_ranks():
     # 4 layers of hidden 256 over 4 microbatches of 256 tokens: host- and launch-bound, so
     # milliseconds to a few hundred, never the ~0.1 ms the GEMMs alone would take.
     assert 2.0 < steady < 500.0
-    # TFLOP/s is Megatron's formula over the simulated time: coherent with the time.
-    flops = 4 * 3 * 4 * 256 * 4 * 256 ** 2 * ((1 + 1 + 256 / 256) + 1024 / 256 + 1024 / (2 * 4 * 256))
-    for i in iters[1:]:
-        assert i["tflops"] == pytest.approx(flops / (i["ms"] / 1e3) / 4 / 1e12, abs=0.06)
+    # Megatron's timer (barrier + synchronize, then time.time()) reads the simulated clock:
+    # its iterations match phantom's own, which are counted from optimizer step to step.
+    report = json.loads(report_path.read_text())
+    assert statistics.median(report["iterations"]["times_ms"][1:]) == pytest.approx(steady, rel=0.1)
     assert "phantom summary" in proc.stderr and "comm" in proc.stderr
 
 
