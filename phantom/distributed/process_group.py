@@ -611,9 +611,11 @@ class PhantomProcessGroup(ProcessGroup):
                               "not simulated; name the source rank.")
 
 
-def install(comm: "RankComm", every_rank_runs: bool = True) -> None:
+def install(comm: "RankComm", every_rank_runs: bool = True,
+            representatives: bool = False) -> None:
     """Make `init_process_group("nccl")` (and the default backend on CUDA) build phantom's group.
-    `every_rank_runs` is False with representative ranks (--ranks auto or a list)."""
+    `every_rank_runs` is False with representative ranks (--ranks auto or a list);
+    `representatives` is True when some ranks do not run as processes."""
     global _COMM
     _COMM = comm
     c10d = dist.distributed_c10d
@@ -629,6 +631,7 @@ def install(comm: "RankComm", every_rank_runs: bool = True) -> None:
     _report_group_structure(c10d, comm)
     if not every_rank_runs:
         _store_without_waiting_for_workers()
+    if representatives:
         _refuse_gloo_groups(c10d)
     _wait_for_reducer_buckets(comm)
     dist._verify_params_across_processes = _verify_params_across_processes
