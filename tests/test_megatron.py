@@ -77,3 +77,18 @@ def test_uniform_expert_counts():
     assert uniform_expert_counts(8, 2, 4) == [4, 4, 4, 4]
     assert uniform_expert_counts(5, 2, 4) == [3, 3, 2, 2]
     assert sum(uniform_expert_counts(4096, 8, 128)) == 4096 * 8
+
+
+def test_gloo_groups_with_representative_ranks_are_a_clear_error():
+    """Megatron creates gloo (CPU) groups by default; with --ranks auto a real gloo group
+    would wait forever for the ranks that do not run. phantom says so and names the flag."""
+    proc = run_phantom(["run", "--cluster", "h100-ib", "--nnodes", "2", "--ranks", "auto",
+                        SCRIPT, "--preset", "tiny", "--train-iters", "1"], timeout=200)
+    assert proc.returncode != 0
+    assert "new_group(backend='gloo')" in proc.stderr
+    assert "--disable-gloo-process-groups" in proc.stderr
+    proc = run_phantom(["run", "--cluster", "h100-ib", "--nnodes", "2", "--ranks", "auto",
+                        SCRIPT, "--preset", "tiny", "--train-iters", "1",
+                        "--disable-gloo-process-groups"], timeout=200)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    assert "1 of 16 ranks ran" in proc.stderr
