@@ -313,3 +313,27 @@ def test_an_optimizer_stepping_others_marks_one_iteration(run_script):
     )
     assert proc.returncode == 0, proc.stderr
     assert report["iterations"]["count"] == 4
+
+
+def test_record_stream_on_a_simulated_stream(run_script):
+    """`Tensor.record_stream` takes phantom's `torch.cuda.Stream` (Megatron's MoE dispatcher
+    records its device-to-host copies on a side stream): the block is recorded as used there
+    and stays out of reuse until the next allocation, as the caching allocator does."""
+    proc, _ = run_script(
+        """
+        import torch
+        x = torch.ones(1024, device="cuda")
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x.to("cpu", non_blocking=True)
+            x.record_stream(torch.cuda.current_stream())
+        del x
+        print("active=", torch.cuda.memory_stats()["active_bytes.all.current"])
+        z = torch.empty(1024, device="cuda")
+        print("active_after=", torch.cuda.memory_stats()["active_bytes.all.current"])
+        """)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    v = _values(proc.stdout)
+    assert int(v["active"]) == 4096  # freed, but still in use on the side stream
+    assert int(v["active_after"]) == 4096  # recycled at the next malloc; z holds its own block

@@ -39,6 +39,12 @@ ADAPTERS: dict[str, str] = {
            "torchtitan.distributed.compile": "patch_compile",
            "torchtitan.components.quantization": "patch_quantization",
        }.items()},
+    **{name: "phantom.adapters.megatron:" + func
+       for name, func in {
+           "megatron.core.utils": "patch_utils",
+           "megatron.core.transformer.moe.moe_utils": "patch_moe_utils",
+           "megatron.core.transformer.moe.token_dispatcher": "patch_token_dispatcher",
+       }.items()},
 }
 # module name -> context manager (a function of no arguments) entered while that module's
 # own code runs: for a module whose import needs a stand-in under simulation.

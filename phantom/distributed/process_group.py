@@ -507,7 +507,11 @@ class PhantomProcessGroup(ProcessGroup):
     def all_to_all_single(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n, me = self.size(), self.rank()
         row = _nbytes(input) // max(input.shape[0], 1) if input.dim() else _nbytes(input)
-        splits = list(input_split_sizes) if input_split_sizes else [input.shape[0] // n] * n
+        # Split sizes may be any sequence c10d accepts, numpy arrays included (Megatron's MoE
+        # dispatcher passes them): test for emptiness by length, not truth value.
+        splits = ([int(s) for s in input_split_sizes]
+                  if input_split_sizes is not None and len(input_split_sizes)
+                  else [input.shape[0] // n] * n)
         transfers = tuple((dist.get_rank(), peer, int(s) * row)
                           for peer, s in zip(self.info.members, splits) if peer != dist.get_rank())
         payload = _payload([input])
@@ -612,9 +616,11 @@ class PhantomProcessGroup(ProcessGroup):
                               "not simulated; name the source rank.")
 
 
-def install(comm: "RankComm", every_rank_runs: bool = True) -> None:
+def install(comm: "RankComm", every_rank_runs: bool = True,
+            representatives: bool = False) -> None:
     """Make `init_process_group("nccl")` (and the default backend on CUDA) build phantom's group.
-    `every_rank_runs` is False with representative ranks (--ranks auto or a list)."""
+    `every_rank_runs` is False with representative ranks (--ranks auto or a list);
+    `representatives` is True when some ranks do not run as processes."""
     global _COMM
     _COMM = comm
     c10d = dist.distributed_c10d
@@ -630,9 +636,33 @@ def install(comm: "RankComm", every_rank_runs: bool = True) -> None:
     _report_group_structure(c10d, comm)
     if not every_rank_runs:
         _store_without_waiting_for_workers()
+    if representatives:
+        _refuse_gloo_groups(c10d)
     _wait_for_reducer_buckets(comm)
     dist._verify_params_across_processes = _verify_params_across_processes
     dist.Logger = _ddp_logger_class(dist.Logger)
+
+
+def _refuse_gloo_groups(c10d) -> None:
+    """With representative ranks, a `new_group(backend="gloo")` would build a real
+    ProcessGroupGloo, whose rendezvous waits for every member: the ranks that do not run never
+    come, and the run would hang. Say so instead (Megatron creates gloo groups unless told
+    not to: `--disable-gloo-process-groups`)."""
+    real_new_group = c10d.new_group
+
+    @functools.wraps(real_new_group)
+    def new_group(*args, **kwargs):
+        backend = kwargs.get("backend", args[2] if len(args) > 2 else None)
+        if backend is not None and "gloo" in str(backend).lower():
+            from phantom.interception.mode import SimulationError
+
+            raise SimulationError(
+                "phantom: new_group(backend='gloo') is a real gloo group, which needs every "
+                "member running; with --ranks auto (or a list) only representatives run. Use "
+                "--ranks all, or create no gloo groups (Megatron: --disable-gloo-process-groups).")
+        return real_new_group(*args, **kwargs)
+
+    c10d.new_group = dist.new_group = new_group
 
 
 def _ddp_logger_class(real_logger: type) -> type:

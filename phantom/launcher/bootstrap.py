@@ -59,7 +59,11 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
     client = CoordinatorClient(rank) if config.world_size > 1 else None
     sim.comm = RankComm(sim, rank, config.world_size, client)
-    process_group.install(sim.comm, every_rank_runs=config.ranks == "all")
+    # config.ranks is "auto" or the list of running ranks ("all" is expanded by the CLI).
+    listed = config.ranks.split(",") if config.ranks not in ("auto", "all") else None
+    all_run = config.ranks == "all" or (listed is not None and len(listed) == config.world_size)
+    process_group.install(sim.comm, every_rank_runs=config.ranks == "all",
+                          representatives=not all_run)
 
 
 def _finish_distributed(sim, exit_code: int) -> int:
