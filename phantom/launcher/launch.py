@@ -86,9 +86,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _rank_env(config: RunConfig, rank: int, master_port: int, run_id: str,
-              coordinator: str, authkey: str) -> dict[str, str]:
-    """The environment torchrun gives a worker, plus phantom's own."""
+def _rank_env(config: RunConfig, rank: int, run_id: str, coordinator: str,
+              authkey: str) -> dict[str, str]:
+    """The environment torchrun gives a worker, plus phantom's own (MASTER_PORT, and MASTER_ADDR
+    on Ray, come from the executor)."""
     local = rank % config.nproc_per_node
     env = dict(os.environ)
     env.update({
@@ -96,7 +97,7 @@ def _rank_env(config: RunConfig, rank: int, master_port: int, run_id: str,
         "LOCAL_WORLD_SIZE": str(config.nproc_per_node),
         "GROUP_RANK": str(rank // config.nproc_per_node), "GROUP_WORLD_SIZE": str(config.nnodes),
         "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(config.world_size), "ROLE_NAME": "default",
-        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(master_port),
+        "MASTER_ADDR": "127.0.0.1",
         "TORCHELASTIC_RUN_ID": run_id, "TORCHELASTIC_RESTART_COUNT": "0",
         "TORCHELASTIC_MAX_RESTARTS": "0", "TORCHELASTIC_USE_AGENT_STORE": "False",
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
@@ -225,7 +226,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
     server = None
 
     def env_of(rank: int) -> dict[str, str]:
-        env = _rank_env(config, rank, 0, run_id, coordinator.address, authkey)
+        env = _rank_env(config, rank, run_id, coordinator.address, authkey)
         env.update(master)
         return env
 
