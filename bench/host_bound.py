@@ -58,13 +58,16 @@ def cmd_sim(args: argparse.Namespace) -> None:
             prefix = [*phantom_cmd(None), "run", "--gpu", args.gpu, "--quiet", "--report", str(report), "--"]
             sim = run_one([*prefix, *WORKLOADS[name], "--steps", str(args.steps), "--warmup", str(args.warmup)],
                           args.timeout)
-            busy = json.loads(report.read_text())["gpu_busy_fraction"] if report.exists() else None
+            rep = json.loads(report.read_text()) if report.exists() else {}
+            busy = rep.get("gpu_busy_fraction")
+            speed = rep.get("simulation", {}).get("host_speed")
             real_ms, sim_ms = real.get(name, {}).get("median_iter_ms"), sim.get("median_iter_ms")
             err = 100 * (sim_ms - real_ms) / real_ms if real_ms and sim_ms else None
             errs += [abs(err)] if err is not None else []
-            rows.append(f"| {name} | {real_ms} | {sim_ms} | {err:+.1f} | {100 * busy:.0f}% |" if err is not None
-                        else f"| {name} | {real_ms} | {sim.get('error')} | | |")
-    table = "\n".join(["| workload | real ms | sim ms | err % | sim GPU busy |", "|---|---|---|---|---|", *rows])
+            rows.append(f"| {name} | {real_ms} | {sim_ms} | {err:+.1f} | {100 * busy:.0f}% | {speed:.2f} |"
+                        if err is not None else f"| {name} | {real_ms} | {sim.get('error')} | | | |")
+    table = "\n".join(["| workload | real ms | sim ms | err % | sim GPU busy | host speed |",
+                        "|---|---|---|---|---|---|", *rows])
     if errs:
         table += f"\n\niteration time |error|: mean {statistics.mean(errs):.1f}%, max {max(errs):.1f}%\n"
     print(table)

@@ -61,19 +61,35 @@ def summarize(prof) -> dict:
     start = min(s for s, _ in compute + nccl)
     end = max(e for _, e in compute + nccl)
     both = _union(compute) + _union(nccl) - _union(compute + nccl)
+    by_name: dict[str, list] = {}
+    for k in kernels:
+        row = by_name.setdefault(k.name[:160], [0, 0.0])
+        row[0] += 1
+        row[1] += (k.time_range.end - k.time_range.start) / 1e3
+    top = sorted(by_name.items(), key=lambda kv: -kv[1][1])[:60]
+    # Host side: the span of the CPU ops recorded in the step, and how long the GPU sat idle
+    # with no kernel on any stream (host-bound phases show up there).
+    cpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
+    cpu_span = (max(e.time_range.end for e in cpu) - min(e.time_range.start for e in cpu)) / 1e3 if cpu else 0.0
     return {"gpu_ms_by_class": by_class, "gpu_span_ms": end - start,
             "compute_busy_ms": _union(compute), "nccl_busy_ms": _union(nccl),
-            "compute_and_nccl_overlap_ms": both, "kernels": len(kernels)}
+            "compute_and_nccl_overlap_ms": both, "gpu_idle_ms": end - start - _union(compute + nccl),
+            "cpu_span_ms": cpu_span, "kernels": len(kernels),
+            "top_kernels": [{"name": n, "count": c, "ms": round(ms, 3)} for n, (c, ms) in top]}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--step", type=int, default=5)
     p.add_argument("--out", default="profile.json")
+    p.add_argument("--cpu", action="store_true",
+                   help="record CPU ops as well (host spans; adds profiler overhead to the host)")
+    p.add_argument("--trace", help="also write rank 0's Chrome trace of the step to this path")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args()
-    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if a.cpu else [ProfilerActivity.CUDA]
+    prof = profile(activities=activities,
                    schedule=schedule(wait=a.step - 1, warmup=1, active=1, repeat=1))
     register_optimizer_step_post_hook(lambda *args: prof.step())
     sys.argv = [a.script, *[x for x in a.args if x != "--"]]
@@ -84,7 +100,9 @@ def main() -> None:
         summary = summarize(prof)
         with open(a.out, "w") as f:
             json.dump(summary, f, indent=1)
-        print(json.dumps(summary, indent=1))
+        print(json.dumps({k: v for k, v in summary.items() if k != "top_kernels"}, indent=1))
+        if a.trace:
+            prof.export_chrome_trace(a.trace)
 
 
 if __name__ == "__main__":

@@ -54,9 +54,10 @@ def _run_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-address", metavar="ADDR", default=None,
                    help="with --executor ray: the cluster to join (as ray.init(address=...)); "
                         "default: RAY_ADDRESS, or a local Ray instance started for the run")
-    p.add_argument("--host-speed", type=float, default=1.0,
-                   help="how fast this machine runs the script's Python relative to the "
-                        "simulated node's host CPU (default 1.0: as fast)")
+    p.add_argument("--host-speed", type=float, default=None,
+                   help="how many times as fast as the simulated node's host CPU this machine "
+                        "runs the script's Python and PyTorch host code (default: measured at "
+                        "start-up against the GPU preset's host)")
     p.add_argument("--no-db", action="store_true",
                    help="leave out the shipped kernel database: fallback (roofline) times only, "
                         "plus any --db")
@@ -118,7 +119,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     if args.vram_gib is not None and not (0 < args.vram_gib <= 4096):
         raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), "
                          f"got {args.vram_gib:g}")
-    if args.host_speed <= 0:
+    if args.host_speed is not None and args.host_speed <= 0:
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,

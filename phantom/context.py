@@ -19,7 +19,7 @@ import torch
 from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Event, Timeline
-from phantom.engine.host import HostSpeedNormalizer
+from phantom.engine.host import HostSpeedNormalizer, time_steps, training_step
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -58,7 +58,10 @@ class SimOptions:
     gpu: GPUSpec
     device_count: int = 1
     on_data_read: str = "placeholder"  # or "error"
-    host_speed: float = 1.0  # this machine's Python speed relative to the simulated host
+    # How many times as fast as the simulated node's host this machine runs the script's
+    # framework code. None: measured at start-up (the same tiny CPU training step here and, once,
+    # on the node's host: GPUSpec.host_step_ns).
+    host_speed: float | None = None
     quiet: bool = False
     # Measure the script's host time as process CPU time instead of wall time. Multi-rank
     # runs put many rank processes on few cores: their wall-clock gaps would include the
@@ -96,26 +99,6 @@ def _is_pinned(t: torch.Tensor) -> bool:
     return bool(getattr(t, PINNED_ATTR, False))
 
 
-def _calibration_step(device: str):
-    """A tiny training step on `device`, for calibrate_dispatch_overhead."""
-    import torch.nn.functional as F
-
-    lin1 = torch.nn.Linear(64, 64, device=device)
-    lin2 = torch.nn.Linear(64, 64, device=device)
-    norm = torch.nn.LayerNorm(64, device=device)
-    params = [*lin1.parameters(), *lin2.parameters(), *norm.parameters()]
-    opt = torch.optim.AdamW(params, foreach=True)
-
-    def step() -> None:
-        x = torch.randn(16, 64, device=device)
-        loss = lin2(F.gelu(norm(lin1(x)))).float().pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
-
-
 class Simulation:
     def __init__(self, options: SimOptions) -> None:
         self.options = options
@@ -144,7 +127,12 @@ class Simulation:
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
-        self._gap_scale = self._speed.factor * options.host_speed
+        # This machine (at its best observed speed) against the simulated host: given, or
+        # measured by calibrate_dispatch_overhead.
+        self.host_speed = options.host_speed if options.host_speed is not None else 1.0
+        self.host_step_ns_here: float | None = None  # the reference step here, at best speed
+        self._calibrate_host_speed()
+        self._gap_scale = self._speed.factor * self.host_speed
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         # phantom work that ran inside the user's time (storage finalizers run when the
         # script drops a tensor): taken off the next gap.
@@ -157,6 +145,20 @@ class Simulation:
         self._speed_sampled_wall = REAL_NS()
 
     # -- host time ------------------------------------------------------------------------
+    def _calibrate_host_speed(self) -> None:
+        """Compare this machine with the simulated node's host on the same tiny CPU training
+        step (GPUSpec.host_step_ns was measured on the node): the script's host time here is
+        scaled by the ratio. The step, like the script's gaps, is mostly PyTorch's Python and
+        C++ host path, which a pure-Python score predicts poorly (hosts differ more on one than
+        on the other). Timed before the interception is installed, as on the node; both sides
+        at their best observed speed: here, the fastest step this machine has run (remembered
+        across runs; the probe then tracks how far from that speed it is at each moment)."""
+        step = training_step("cpu")
+        step()
+        self.host_step_ns_here = self._speed.record_step(time_steps(step, clock=self._clock))
+        if self.options.host_speed is None:
+            self.host_speed = self.gpu.host_step_ns / self.host_step_ns_here
+
     def begin_op(self, dispatched: bool = False) -> None:
         """Entering phantom: charge the user's own host time since we last returned.
 
@@ -197,7 +199,7 @@ class Simulation:
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         self._speed_sampled_wall = REAL_NS()
-        self._gap_scale = self._speed.sample() * self.options.host_speed
+        self._gap_scale = self._speed.sample() * self.host_speed
 
     def host_now_ns(self) -> float:
         self.begin_op()
@@ -459,9 +461,9 @@ class Simulation:
         """
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        fake_step = _calibration_step("cuda")
+        fake_step = training_step("cuda")
         with unset_fake_temporarily():
-            real_step = _calibration_step("cpu")
+            real_step = training_step("cpu")
             real_step()  # warm both
         fake_step()
         self._gap_scale = 1.0  # measure in this machine's raw ns

@@ -15,6 +15,7 @@ import os
 import platform
 import time
 from pathlib import Path
+from typing import Callable
 
 _CLOCK_NS = time.perf_counter_ns  # bound before the simulation patches time
 PROBE_N = 2_000
@@ -45,7 +46,7 @@ class HostSpeedNormalizer:
     def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS) -> None:
         self._clock = clock  # the clock host time is measured with (wall or CPU time)
         self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
-        self.best_ns = self._load_best()
+        self.best_ns, self.best_step_ns = self._load_best()
         self.factor = 1.0
         _probe_ns(clock)  # warm the code path
         self.sample()
@@ -58,11 +59,22 @@ class HostSpeedNormalizer:
         self.factor = self.best_ns / current
         return self.factor
 
-    def _load_best(self) -> int | None:
+    def record_step(self, step_ns: float) -> float:
+        """Fold in a timing of `training_step` on CPU; returns the fastest seen on this machine
+        (its best speed, the speed measured time is normalised to)."""
+        if self.best_step_ns is None or step_ns < self.best_step_ns:
+            self.best_step_ns = step_ns
+            self._save_best()
+        return self.best_step_ns
+
+    def _load_best(self) -> tuple[int | None, float | None]:
         try:
-            return int(json.loads(self._cache.read_text())["best_probe_ns"]) if self._cache else None
-        except (OSError, ValueError, KeyError):
-            return None
+            saved = json.loads(self._cache.read_text()) if self._cache else {}
+        except (OSError, ValueError):
+            return None, None
+        probe, step = saved.get("best_probe_ns"), saved.get("best_step_ns")
+        return (int(probe) if isinstance(probe, (int, float)) else None,
+                float(step) if isinstance(step, (int, float)) else None)
 
     def _save_best(self) -> None:
         if self._cache is None:
@@ -70,7 +82,66 @@ class HostSpeedNormalizer:
         try:
             self._cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._cache.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N}))
+            tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N,
+                                       "best_step_ns": self.best_step_ns}))
             os.replace(tmp, self._cache)
         except OSError:
             pass  # a read-only cache only costs the memory across runs
+
+
+def training_step(device: str) -> Callable[[], None]:
+    """A tiny training step on `device` (linear, layer norm, GELU, loss, backward, foreach
+    AdamW on 16x64 tensors): framework overhead with almost no arithmetic. On CPU tensors it
+    measures how fast a machine runs PyTorch's Python and C++ host path; phantom also runs it
+    on fake CUDA tensors to measure its own dispatch overhead (Simulation.calibrate_dispatch_overhead)."""
+    import torch
+    import torch.nn.functional as F
+
+    lin1 = torch.nn.Linear(64, 64, device=device)
+    lin2 = torch.nn.Linear(64, 64, device=device)
+    norm = torch.nn.LayerNorm(64, device=device)
+    params = [*lin1.parameters(), *lin2.parameters(), *norm.parameters()]
+    opt = torch.optim.AdamW(params, foreach=True)
+
+    def step() -> None:
+        x = torch.randn(16, 64, device=device)
+        loss = lin2(F.gelu(norm(lin1(x)))).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock=_CLOCK_NS) -> float:
+    """Nanoseconds per call of `step`: the fastest of `repeats` runs of `steps` calls
+    (interruptions only make a run slower)."""
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = clock()
+        for _ in range(steps):
+            step()
+        best = min(best, (clock() - t0) / steps)
+    return best
+
+
+def measure_reference(rounds: int = 15) -> dict:
+    """The numbers a GPU preset's `host_step_ns` comes from: the CPU training step's time and
+    the pure-Python probe, fastest of `rounds` (run on the GPU machine's host, idle)."""
+    import torch
+
+    torch.set_num_threads(1)
+    step = training_step("cpu")
+    step()
+    steps = [time_steps(step) for _ in range(rounds)]
+    probes = [_probe_ns() for _ in range(rounds)]
+    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
+        else platform.processor()
+    return {"host_step_ns": round(min(steps)), "host_step_ns_median": round(sorted(steps)[len(steps) // 2]),
+            "probe_ns": min(probes), "cpu": cpu, "python": platform.python_version(),
+            "torch": torch.__version__, "node": platform.node()}
+
+
+if __name__ == "__main__":  # python -m phantom.engine.host: this machine's reference numbers
+    print(json.dumps(measure_reference(), indent=1))

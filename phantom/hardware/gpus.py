@@ -9,6 +9,15 @@ from dataclasses import dataclass, replace
 
 GIB = 1024**3
 
+# How fast the GPU node's host runs PyTorch's framework code: nanoseconds for the tiny CPU
+# training step of phantom.engine.host.training_step (`python -m phantom.engine.host` on the
+# node; fastest of repeated runs: these VMs' hosts change speed up to 2x, as does any shared
+# host). Measured on this project's lent machines, torch 2.11, 2026-11-22
+# (bench/data/host_reference_*.json). A preset whose host was never measured takes the
+# lent H200's host, a current Xeon server.
+H200_HOST_STEP_NS = 603_441.0
+H100_HOST_STEP_NS = 700_833.0
+
 
 @dataclass(frozen=True)
 class GPUSpec:
@@ -26,6 +35,7 @@ class GPUSpec:
     nvlink_gbps: float  # NVLink bandwidth per GPU per direction, GB/s
     l2_cache_bytes: int
     tdp_watts: int
+    host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
 
     @property
     def memory_gib(self) -> float:
@@ -66,6 +76,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=450.0,
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=700,
+        host_step_ns=H100_HOST_STEP_NS,
     ),
     "H200": GPUSpec(
         name="H200",

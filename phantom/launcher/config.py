@@ -18,7 +18,7 @@ class RunConfig:
     quiet: bool = False
     on_data_read: str = "placeholder"
     nproc_per_node: int = 1
-    host_speed: float = 1.0
+    host_speed: float | None = None  # None: measured (SimOptions.host_speed)
     # Distributed runs (torchrun semantics): set when --nnodes/--nproc-per-node are given.
     distributed: bool = False
     nnodes: int = 1

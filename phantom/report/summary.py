@@ -93,6 +93,11 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "ops_per_wall_second": sim.ops_intercepted / (wall_seconds - setup_s)
             if wall_seconds > setup_s else None,
             "wall_seconds_per_iteration": wall_seconds / n_iters if n_iters else None,
+            # The script's host time measured here is multiplied by host_speed (SimOptions.host_speed).
+            "host_speed": sim.host_speed,
+            "host_speed_source": "measured" if sim.options.host_speed is None else "given",
+            "host_step_ns_here": sim.host_step_ns_here,
+            "host_step_ns_simulated": sim.gpu.host_step_ns,
         },
     }
 
@@ -154,6 +159,8 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         _db_line(report.get("cost_database")),
         f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
+        f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
+        f"as the simulated node's host ({sim['host_speed_source']})",
     ]
     print("\n".join(lines), file=file, flush=True)
 

@@ -1,0 +1,81 @@
+"""Host time: the speed normaliser, the reference training step, and the host-speed ratio."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from phantom.engine.host import HostSpeedNormalizer, measure_reference, time_steps, training_step
+from phantom.hardware import get_gpu
+
+
+def test_normaliser_remembers_the_fastest_probe_and_step(tmp_path):
+    first = HostSpeedNormalizer(tmp_path)
+    assert first.best_ns is not None and first.factor <= 1.0
+    assert first.record_step(500_000.0) == 500_000.0
+    assert first.record_step(700_000.0) == 500_000.0  # a slower timing never replaces the best
+    again = HostSpeedNormalizer(tmp_path)  # a later run reads both back
+    assert again.best_step_ns == 500_000.0
+    assert again.best_ns <= first.best_ns
+
+
+def test_normaliser_reads_a_cache_from_before_steps_were_kept(tmp_path):
+    node_file = next(iter(tmp_path.glob("*.json")), None)
+    assert node_file is None
+    HostSpeedNormalizer(tmp_path)
+    (cache,) = tmp_path.glob("host-probe-*.json")
+    cache.write_text(json.dumps({"best_probe_ns": 123, "probe_n": 2000}))
+    old = HostSpeedNormalizer(tmp_path)
+    assert old.best_step_ns is None and old.best_ns <= 123
+    cache.write_text("not json")
+    assert HostSpeedNormalizer(tmp_path).best_step_ns is None  # a broken cache is only forgotten
+
+
+def test_time_steps_takes_the_fastest_run():
+    ticks = iter([0, 10, 10, 14, 14, 30])  # runs of 2 steps: 10, 4, 16 ns
+    calls = []
+    assert time_steps(lambda: calls.append(1), repeats=3, steps=2, clock=lambda: next(ticks)) == 2.0
+    assert len(calls) == 6
+
+
+def test_reference_step_trains_on_cpu():
+    import torch
+
+    step = training_step("cpu")
+    step()  # runs forward, backward and AdamW on real CPU tensors
+    ref = measure_reference(rounds=2)
+    assert ref["host_step_ns"] > 0 and ref["host_step_ns"] <= ref["host_step_ns_median"]
+    assert ref["torch"] == torch.__version__
+
+
+def test_presets_carry_their_measured_host():
+    # Measured on the lent hosts (bench/data/host_reference_*.json): the H100 machine's host
+    # runs the step slower than the H200 machine's; unmeasured presets take the H200 host.
+    assert get_gpu("H100").host_step_ns > get_gpu("H200").host_step_ns
+    assert get_gpu("A100").host_step_ns == get_gpu("H200").host_step_ns
+    for name, tag in (("H100", "h100"), ("H200", "h200")):
+        from pathlib import Path
+
+        data = json.loads((Path(__file__).resolve().parents[1] / "bench" / "data" /
+                           f"host_reference_{tag}.json").read_text())
+        assert get_gpu(name).host_step_ns == pytest.approx(data["host_step_ns"])
+
+
+def test_report_says_how_fast_this_host_was_taken_to_be(run_script):
+    text = """
+        import torch
+        x = torch.randn(256, 256, device="cuda")
+        for _ in range(3):
+            x = x @ x
+        torch.cuda.synchronize()
+    """
+    proc, measured = run_script(text)
+    assert proc.returncode == 0, proc.stderr
+    sim = measured["simulation"]
+    assert sim["host_speed_source"] == "measured"
+    assert sim["host_speed"] == pytest.approx(sim["host_step_ns_simulated"] / sim["host_step_ns_here"])
+    assert "as fast as the simulated node's host (measured)" in proc.stderr
+    proc, given = run_script(text, "--host-speed", "2.5")
+    assert proc.returncode == 0, proc.stderr
+    assert given["simulation"]["host_speed"] == 2.5
+    assert given["simulation"]["host_speed_source"] == "given"
