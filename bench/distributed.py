@@ -90,11 +90,23 @@ CONFIGS = [
     Config("pp-1b-s2k", "pp", "1b", 2048, 8, microbatches=4),
 ]
 
+# Host-bound steps (`--suite host-bound`): the same models on 128-token sequences, so the
+# GPU finishes each kernel in microseconds and the host's Python (DDP's reducer, FSDP2's
+# hooks, DTensor's dispatch, the pipeline schedule) sets the step time.
+HOST_BOUND = [
+    Config("ddp-350m-s128", "ddp", "gpt2-350m", 128, 2),
+    Config("fsdp-350m-s128", "fsdp", "gpt2-350m", 128, 2),
+    Config("tp-350m-s128", "tp", "gpt2-350m", 128, 2),
+    Config("tp-3b-s128", "tp", "3b", 128, 2),
+    Config("pp-350m-s128", "pp", "gpt2-350m", 128, 4, microbatches=4),
+]
+SUITES = {"training": CONFIGS, "host-bound": HOST_BOUND}
 
-def select(names: str | None) -> list[Config]:
+
+def select(names: str | None, suite: str = "training") -> list[Config]:
     if not names:
-        return CONFIGS
-    by_name = {c.name: c for c in CONFIGS}
+        return SUITES[suite]
+    by_name = {c.name: c for c in CONFIGS + HOST_BOUND}
     unknown = [n for n in names.split(",") if n not in by_name]
     if unknown:
         sys.exit(f"unknown config(s) {unknown}; known: {', '.join(by_name)}")
@@ -126,7 +138,7 @@ def brief(r: dict) -> str:
 def cmd_list(args: argparse.Namespace) -> None:
     print(f"| config | parallel | params | seq | batch | tokens/step | rough est. peak GiB | est. ms/iter @400 TFLOP/s/GPU |")
     print("|---|---|---|---|---|---|---|---|")
-    for c in select(args.configs):
+    for c in select(args.configs, args.suite):
         print(f"| {c.name} | {c.parallel}{f' ({c.microbatches} mb)' if c.parallel == 'pp' else ''} | "
               f"{c.params() / 1e6:.0f}M | {c.seq_len} | {c.batch_size} | {c.tokens_per_step(args.nproc)} | "
               f"{c.estimate_gib(args.nproc):.1f} | {c.estimate_ms(args.nproc):.0f} |")
@@ -137,7 +149,7 @@ def cmd_real(args: argparse.Namespace) -> None:
     env = environment()
     print(f"device {env['device']} | driver {env['driver']} | torch {env['torch']} (CUDA {env['cuda']}, NCCL {env['nccl']})")
     results = {}
-    for c in select(args.configs):
+    for c in select(args.configs, args.suite):
         r = run_one(torchrun_cmd(args.nproc) + [SCRIPT, *c.args(args.steps, args.warmup)], args.timeout)
         results[c.name] = {**asdict(c), "params": round(r.pop("params", c.params())), **r}
         print("  ->", brief(r), flush=True)
@@ -161,7 +173,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
     phantom = phantom_cmd(args.phantom)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for c in select(args.configs):
+        for c in select(args.configs, args.suite):
             report_path = Path(tmp) / f"{c.name}.json"
             cmd = [*phantom, "run", "--nproc-per-node", str(args.nproc), "--gpu", args.gpu, "--quiet",
                    "--report", str(report_path), "--", SCRIPT, *c.args(args.steps, args.warmup)]
@@ -215,6 +227,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="mode", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--configs", help="comma-separated subset of config names")
+    common.add_argument("--suite", choices=sorted(SUITES), default="training",
+                        help="training steps (default) or host-bound steps (128-token sequences)")
     common.add_argument("--nproc", type=int, default=2, help="ranks (GPUs)")
     common.add_argument("--steps", type=int, default=10)
     common.add_argument("--warmup", type=int, default=3)

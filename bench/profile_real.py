@@ -46,7 +46,16 @@ def _union(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
-def summarize(prof) -> dict:
+def summarize(prof, steps: int = 1) -> dict:
+    """Totals over the recorded window, divided by `steps` (the steps it holds)."""
+    raw = _summarize(prof)
+    per_step = {k: (v / steps if isinstance(v, float) else v) for k, v in raw.items()}
+    per_step["gpu_ms_by_class"] = {c: ms / steps for c, ms in raw["gpu_ms_by_class"].items()}
+    per_step["steps"] = steps
+    return per_step
+
+
+def _summarize(prof) -> dict:
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
                and e.time_range.end > e.time_range.start]
     by_class: dict[str, float] = {}
@@ -71,7 +80,9 @@ def summarize(prof) -> dict:
     # with no kernel on any stream (host-bound phases show up there).
     cpu = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CPU]
     cpu_span = (max(e.time_range.end for e in cpu) - min(e.time_range.start for e in cpu)) / 1e3 if cpu else 0.0
-    return {"gpu_ms_by_class": by_class, "gpu_span_ms": end - start,
+    nccl_ms = sorted(round((k.time_range.end - k.time_range.start) / 1e3, 3) for k in kernels
+                     if _class(k.name) == "nccl")
+    return {"gpu_ms_by_class": by_class, "gpu_span_ms": end - start, "nccl_kernel_ms": nccl_ms,
             "compute_busy_ms": _union(compute), "nccl_busy_ms": _union(nccl),
             "compute_and_nccl_overlap_ms": both, "gpu_idle_ms": end - start - _union(compute + nccl),
             "cpu_span_ms": cpu_span, "kernels": len(kernels),
@@ -84,23 +95,34 @@ def main() -> None:
     p.add_argument("--out", default="profile.json")
     p.add_argument("--cpu", action="store_true",
                    help="record CPU ops as well (host spans; adds profiler overhead to the host)")
+    p.add_argument("--active", type=int, default=1, help="steps recorded (from --step on)")
+    p.add_argument("--sync", action="store_true",
+                   help="synchronize at each optimizer step before the profiler steps, so the "
+                        "window holds exactly the recorded steps' kernels")
     p.add_argument("--trace", help="also write rank 0's Chrome trace of the step to this path")
     p.add_argument("script")
     p.add_argument("args", nargs=argparse.REMAINDER)
     a = p.parse_args()
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if a.cpu else [ProfilerActivity.CUDA]
     prof = profile(activities=activities,
-                   schedule=schedule(wait=a.step - 1, warmup=1, active=1, repeat=1))
-    register_optimizer_step_post_hook(lambda *args: prof.step())
+                   schedule=schedule(wait=a.step - 1, warmup=1, active=a.active, repeat=1))
+
+    def on_step(*_args) -> None:
+        if a.sync:
+            torch.cuda.synchronize()
+        prof.step()
+
+    register_optimizer_step_post_hook(on_step)
     sys.argv = [a.script, *[x for x in a.args if x != "--"]]
     prof.start()
     runpy.run_path(a.script, run_name="__main__")
     prof.stop()
     if int(os.environ.get("RANK", "0")) == 0:
-        summary = summarize(prof)
+        summary = summarize(prof, a.active)
         with open(a.out, "w") as f:
             json.dump(summary, f, indent=1)
-        print(json.dumps({k: v for k, v in summary.items() if k != "top_kernels"}, indent=1))
+        print(json.dumps({k: v for k, v in summary.items() if k not in ("top_kernels", "nccl_kernel_ms")},
+                         indent=1))
         if a.trace:
             prof.export_chrome_trace(a.trace)
 

@@ -19,7 +19,7 @@ import torch
 from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Event, Timeline
-from phantom.engine.host import HostSpeedNormalizer, time_steps, training_step
+from phantom.engine.host import HostSpeedNormalizer, reference_step_ns, training_step
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -153,9 +153,7 @@ class Simulation:
         on the other). Timed before the interception is installed, as on the node; both sides
         at their best observed speed: here, the fastest step this machine has run (remembered
         across runs; the probe then tracks how far from that speed it is at each moment)."""
-        step = training_step("cpu")
-        step()
-        self.host_step_ns_here = self._speed.record_step(time_steps(step, clock=self._clock))
+        self.host_step_ns_here = self._speed.record_step(reference_step_ns(rounds=5, clock=self._clock))
         if self.options.host_speed is None:
             self.host_speed = self.gpu.host_step_ns / self.host_step_ns_here
 

@@ -125,6 +125,13 @@ def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock
     return best
 
 
+def reference_step_ns(rounds: int = 15, clock=_CLOCK_NS) -> float:
+    """This machine's time for the CPU `training_step`: the fastest of `rounds` timings."""
+    step = training_step("cpu")
+    step()
+    return min(time_steps(step, clock=clock) for _ in range(rounds))
+
+
 def measure_reference(rounds: int = 15) -> dict:
     """The numbers a GPU preset's `host_step_ns` comes from: the CPU training step's time and
     the pure-Python probe, fastest of `rounds` (run on the GPU machine's host, idle)."""
