@@ -59,11 +59,10 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
     client = CoordinatorClient(rank) if config.world_size > 1 else None
     sim.comm = RankComm(sim, rank, config.world_size, client)
-    # config.ranks is "auto" or the list of running ranks ("all" is expanded by the CLI).
+    # config.ranks is "auto" or the list of running ranks (the CLI expands "all" to a list).
     listed = config.ranks.split(",") if config.ranks not in ("auto", "all") else None
     all_run = config.ranks == "all" or (listed is not None and len(listed) == config.world_size)
-    process_group.install(sim.comm, every_rank_runs=config.ranks == "all",
-                          representatives=not all_run)
+    process_group.install(sim.comm, every_rank_runs=all_run, representatives=not all_run)
 
 
 def _finish_distributed(sim, exit_code: int) -> int:
