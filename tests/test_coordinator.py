@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 
@@ -93,6 +94,19 @@ def test_a_finished_peer_is_reported(clients):
     (r0,) = _in_threads(lambda: c0.exchange([_req(0, ("g", 1), site="a.py:9")]))
     assert isinstance(r0, CoordinatorAborted)
     assert "already finished" in coord.fatal and "a.py:9" in coord.fatal
+
+
+def test_a_crashed_peer_is_not_reported_as_a_deadlock(clients):
+    # The crash (the rank's connection closing) and the survivor's request reach the
+    # coordinator in either order; in both the launcher reports the crashed rank's own error.
+    coord, (c0, c1) = clients(2)
+    c1._conn.close()  # rank 1 dies without finishing its script
+    deadline = time.monotonic() + 5
+    while coord.first_exit is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (r0,) = _in_threads(lambda: c0.exchange([_req(0, ("g", 1), site="a.py:9")]))
+    assert isinstance(r0, CoordinatorAborted) and "rank 1 exited" in str(r0)
+    assert coord.fatal is None  # no deadlock diagnosis over the crash
 
 
 def test_point_to_point_batches_resolve_together(clients):

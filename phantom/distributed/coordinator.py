@@ -251,6 +251,12 @@ class Coordinator:
     def _check_deadlock(self) -> None:
         if self._connected < len(self._ranks) or self.fatal is not None:
             return
+        if self.first_exit is not None:
+            # A rank crashed: the launcher reports its exit and traceback. A rank that comes
+            # to wait for it afterwards is told so, not diagnosed with a deadlock (the crash
+            # and the request reach us in either order).
+            self._abort_waiting(f"rank {self.first_exit} exited")
+            return
         live = {r: s for r, s in self._ranks.items() if not (s.finished or s.gone)}
         waiting = {r: s for r, s in live.items() if s.outstanding}
         if not waiting:
