@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
@@ -119,7 +120,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     if args.vram_gib is not None and not (0 < args.vram_gib <= 4096):
         raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), "
                          f"got {args.vram_gib:g}")
-    if args.host_speed is not None and args.host_speed <= 0:
+    if args.host_speed is not None and not (math.isfinite(args.host_speed) and args.host_speed > 0):
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,

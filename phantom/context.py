@@ -128,10 +128,9 @@ class Simulation:
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         # This machine (at its best observed speed) against the simulated host: given, or
-        # measured by calibrate_dispatch_overhead.
-        self.host_speed = options.host_speed if options.host_speed is not None else 1.0
+        # measured by _calibrate_host_speed.
         self.host_step_ns_here: float | None = None  # the reference step here, at best speed
-        self._calibrate_host_speed()
+        self.host_speed = self._calibrate_host_speed()
         self._gap_scale = self._speed.factor * self.host_speed
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         # phantom work that ran inside the user's time (storage finalizers run when the
@@ -145,7 +144,7 @@ class Simulation:
         self._speed_sampled_wall = REAL_NS()
 
     # -- host time ------------------------------------------------------------------------
-    def _calibrate_host_speed(self) -> None:
+    def _calibrate_host_speed(self) -> float:
         """Compare this machine with the simulated node's host on the same tiny CPU training
         step (GPUSpec.host_step_ns was measured on the node): the script's host time here is
         scaled by the ratio. The step, like the script's gaps, is mostly PyTorch's Python and
@@ -153,9 +152,11 @@ class Simulation:
         on the other). Timed before the interception is installed, as on the node; both sides
         at their best observed speed: here, the fastest step this machine has run (remembered
         across runs; the probe then tracks how far from that speed it is at each moment)."""
+        self._speed.sample()  # the probe right before the step, to normalise it
         self.host_step_ns_here = self._speed.record_step(reference_step_ns(rounds=5, clock=self._clock))
-        if self.options.host_speed is None:
-            self.host_speed = self.gpu.host_step_ns / self.host_step_ns_here
+        if self.options.host_speed is not None:
+            return self.options.host_speed
+        return self.gpu.host_step_ns / self.host_step_ns_here
 
     def begin_op(self, dispatched: bool = False) -> None:
         """Entering phantom: charge the user's own host time since we last returned.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from phantom.hardware import get_gpu
 def test_normaliser_remembers_the_fastest_probe_and_step(tmp_path):
     first = HostSpeedNormalizer(tmp_path)
     assert first.best_ns is not None and first.factor <= 1.0
+    first.factor = 1.0  # the machine at its best speed
     assert first.record_step(500_000.0) == 500_000.0
     assert first.record_step(700_000.0) == 500_000.0  # a slower timing never replaces the best
     again = HostSpeedNormalizer(tmp_path)  # a later run reads both back
@@ -19,16 +21,23 @@ def test_normaliser_remembers_the_fastest_probe_and_step(tmp_path):
     assert again.best_ns <= first.best_ns
 
 
-def test_normaliser_reads_a_cache_from_before_steps_were_kept(tmp_path):
-    node_file = next(iter(tmp_path.glob("*.json")), None)
-    assert node_file is None
+def test_a_step_timed_in_a_slow_state_is_normalised_by_the_probe(tmp_path):
+    speed = HostSpeedNormalizer(tmp_path)
+    speed.factor = 0.5  # the probe just ran twice as slow as its best
+    assert speed.record_step(800_000.0) == 400_000.0
+
+
+@pytest.mark.parametrize("saved", ["not json", "[]", "null",
+                                   json.dumps({"best_probe_ns": 123, "best_step_normalised_ns": 0}),
+                                   json.dumps({"best_probe_ns": -5, "best_step_normalised_ns": "x"}),
+                                   json.dumps({"best_probe_ns": 123, "best_step_ns": 5})])
+def test_a_broken_or_old_cache_is_only_forgotten(tmp_path, saved):
     HostSpeedNormalizer(tmp_path)
     (cache,) = tmp_path.glob("host-probe-*.json")
-    cache.write_text(json.dumps({"best_probe_ns": 123, "probe_n": 2000}))
-    old = HostSpeedNormalizer(tmp_path)
-    assert old.best_step_ns is None and old.best_ns <= 123
-    cache.write_text("not json")
-    assert HostSpeedNormalizer(tmp_path).best_step_ns is None  # a broken cache is only forgotten
+    cache.write_text(saved)
+    speed = HostSpeedNormalizer(tmp_path)
+    assert speed.best_step_ns is None  # old (unnormalised) or invalid steps are not reused
+    assert speed.best_ns > 0
 
 
 def test_time_steps_takes_the_fastest_run():
@@ -41,11 +50,13 @@ def test_time_steps_takes_the_fastest_run():
 def test_reference_step_trains_on_cpu():
     import torch
 
+    threads = torch.get_num_threads()
     step = training_step("cpu")
     step()  # runs forward, backward and AdamW on real CPU tensors
     ref = measure_reference(rounds=2)
     assert ref["host_step_ns"] > 0 and ref["host_step_ns"] <= ref["host_step_ns_median"]
     assert ref["torch"] == torch.__version__
+    assert torch.get_num_threads() == threads  # timed on one thread, the setting restored
 
 
 def test_presets_carry_their_measured_host():
@@ -54,8 +65,6 @@ def test_presets_carry_their_measured_host():
     assert get_gpu("H100").host_step_ns > get_gpu("H200").host_step_ns
     assert get_gpu("A100").host_step_ns == get_gpu("H200").host_step_ns
     for name, tag in (("H100", "h100"), ("H200", "h200")):
-        from pathlib import Path
-
         data = json.loads((Path(__file__).resolve().parents[1] / "bench" / "data" /
                            f"host_reference_{tag}.json").read_text())
         assert get_gpu(name).host_step_ns == pytest.approx(data["host_step_ns"])

@@ -11,6 +11,7 @@ slower because the machine was in its slow state.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import time
@@ -40,6 +41,15 @@ def _probe_ns(clock=_CLOCK_NS) -> int:
     return clock() - t0
 
 
+# The cached best step, normalised by the probe taken just before it (a new key: steps
+# cached before that normalisation are not comparable).
+_STEP_KEY = "best_step_normalised_ns"
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
 class HostSpeedNormalizer:
     """`factor` converts this machine's measured ns into ns at its best observed speed."""
 
@@ -60,10 +70,13 @@ class HostSpeedNormalizer:
         return self.factor
 
     def record_step(self, step_ns: float) -> float:
-        """Fold in a timing of `training_step` on CPU; returns the fastest seen on this machine
-        (its best speed, the speed measured time is normalised to)."""
-        if self.best_step_ns is None or step_ns < self.best_step_ns:
-            self.best_step_ns = step_ns
+        """Fold in a timing of `training_step` on CPU, taken right after a probe: it is
+        normalised by that probe's factor to this machine's best speed (the speed the probe's
+        best was seen at, and all measured time is normalised to), so a step timed in a slow
+        state does not pair with a probe timed in a fast one. Returns the fastest seen."""
+        normalised = step_ns * self.factor
+        if self.best_step_ns is None or normalised < self.best_step_ns:
+            self.best_step_ns = normalised
             self._save_best()
         return self.best_step_ns
 
@@ -72,9 +85,10 @@ class HostSpeedNormalizer:
             saved = json.loads(self._cache.read_text()) if self._cache else {}
         except (OSError, ValueError):
             return None, None
-        probe, step = saved.get("best_probe_ns"), saved.get("best_step_ns")
-        return (int(probe) if isinstance(probe, (int, float)) else None,
-                float(step) if isinstance(step, (int, float)) else None)
+        if not isinstance(saved, dict):
+            return None, None
+        probe, step = saved.get("best_probe_ns"), saved.get(_STEP_KEY)
+        return (int(probe) if _positive(probe) else None, float(step) if _positive(step) else None)
 
     def _save_best(self) -> None:
         if self._cache is None:
@@ -83,7 +97,7 @@ class HostSpeedNormalizer:
             self._cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._cache.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N,
-                                       "best_step_ns": self.best_step_ns}))
+                                       _STEP_KEY: self.best_step_ns}))
             os.replace(tmp, self._cache)
         except OSError:
             pass  # a read-only cache only costs the memory across runs
@@ -126,10 +140,18 @@ def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock
 
 
 def reference_step_ns(rounds: int = 15, clock=_CLOCK_NS) -> float:
-    """This machine's time for the CPU `training_step`: the fastest of `rounds` timings."""
-    step = training_step("cpu")
-    step()
-    return min(time_steps(step, clock=clock) for _ in range(rounds))
+    """This machine's time for the CPU `training_step`: the fastest of `rounds` timings, on
+    one intra-op thread as on the GPU hosts (the caller's setting is restored)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        step = training_step("cpu")
+        step()
+        return min(time_steps(step, clock=clock) for _ in range(rounds))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def measure_reference(rounds: int = 15) -> dict:
@@ -137,10 +159,14 @@ def measure_reference(rounds: int = 15) -> dict:
     the pure-Python probe, fastest of `rounds` (run on the GPU machine's host, idle)."""
     import torch
 
-    torch.set_num_threads(1)
-    step = training_step("cpu")
-    step()
-    steps = [time_steps(step) for _ in range(rounds)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as reference_step_ns times it
+    try:
+        step = training_step("cpu")
+        step()
+        steps = [time_steps(step) for _ in range(rounds)]
+    finally:
+        torch.set_num_threads(threads)
     probes = [_probe_ns() for _ in range(rounds)]
     cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
                 if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
