@@ -152,7 +152,6 @@ class Simulation:
         on the other). Timed before the interception is installed, as on the node; both sides
         at their best observed speed: here, the fastest step this machine has run (remembered
         across runs; the probe then tracks how far from that speed it is at each moment)."""
-        self._speed.sample()  # the probe right before the step, to normalise it
         self.host_step_ns_here = self._speed.record_step(reference_step_ns(rounds=5, clock=self._clock))
         if self.options.host_speed is not None:
             return self.options.host_speed

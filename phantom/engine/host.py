@@ -41,9 +41,8 @@ def _probe_ns(clock=_CLOCK_NS) -> int:
     return clock() - t0
 
 
-# The cached best step, normalised by the probe taken just before it (a new key: steps
-# cached before that normalisation are not comparable).
-_STEP_KEY = "best_step_normalised_ns"
+# The cached best step (timed on one intra-op thread since this key; older ones are dropped).
+_STEP_KEY = "best_step_1thread_ns"
 
 
 def _positive(value) -> bool:
@@ -70,13 +69,11 @@ class HostSpeedNormalizer:
         return self.factor
 
     def record_step(self, step_ns: float) -> float:
-        """Fold in a timing of `training_step` on CPU, taken right after a probe: it is
-        normalised by that probe's factor to this machine's best speed (the speed the probe's
-        best was seen at, and all measured time is normalised to), so a step timed in a slow
-        state does not pair with a probe timed in a fast one. Returns the fastest seen."""
-        normalised = step_ns * self.factor
-        if self.best_step_ns is None or normalised < self.best_step_ns:
-            self.best_step_ns = normalised
+        """Fold in a timing of `training_step` on CPU; returns the fastest seen on this machine
+        (its best speed). Not normalised by the probe: the probe's best is a single extreme
+        value, and a step scaled by it came out 3x too fast on a loaded machine (tried)."""
+        if self.best_step_ns is None or step_ns < self.best_step_ns:
+            self.best_step_ns = step_ns
             self._save_best()
         return self.best_step_ns
 
