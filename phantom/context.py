@@ -114,7 +114,7 @@ class Simulation:
         self.iterations: list[Iteration] = []
         self.ops_intercepted = 0
         self.data_reads = 0
-        self._storages: dict[int, list] = {}  # storage key -> [block, live tensor objects]
+        self._storages: dict[int, list] = {}  # live storage key -> [block, recorder's record or None]
         self._streams = _StreamState()
         self._cublas_workspaces: dict[int, Any] = {}
         self._next_stream_id = 1
@@ -358,22 +358,21 @@ class Simulation:
                     self._track(o, stream_id)
 
     def _track(self, t: torch.Tensor, stream_id: int) -> None:
-        if "_phantom_holder" in t.__dict__ or t.device.type != "cuda":
-            return  # already counted (in-place ops return their input) or not device memory
+        if t.device.type != "cuda":
+            return  # not device memory
         storage = t.untyped_storage()
         key = storage._cdata
-        entry = self._storages.get(key)
-        if entry is None:
-            block = self._malloc(storage.nbytes(), stream_id)
-            entry = self._storages[key] = [block, 0]
-            if self.recorder is not None:  # entry[2]: the recorder's record of the allocation
-                entry.append(self.recorder.malloc(block.size, self.timeline.host_ns))
-        entry[1] += 1
-        # The holder is how a finalizer finds its storage; swap_tensors (Module.to on fake
-        # parameters) exchanges holders with the tensors' contents, see interception.patches.
-        holder = [key]
-        t.__dict__["_phantom_holder"] = holder
-        weakref.finalize(t, self._release, holder)
+        if key in self._storages:
+            return  # a view, or an in-place op returning its input: already counted
+        block = self._malloc(storage.nbytes(), stream_id)
+        record = self.recorder.malloc(block.size, self.timeline.host_ns) if self.recorder is not None else None
+        self._storages[key] = [block, record]
+        # The block lives as long as the storage, not as long as the tensors that first held
+        # it: `p.data = x` and `set_` move a tensor to another storage (DeepSpeed re-points
+        # every parameter into its flat buffer), views keep a storage alive after its tensor
+        # dies. torch keeps one Python object per storage (since 2.0), so its finalizer runs
+        # exactly when the storage is freed; a new storage cannot take the key before that.
+        weakref.finalize(storage, self._release, key)
 
     def _malloc(self, nbytes: int, stream_id: int):
         try:
@@ -381,21 +380,17 @@ class Simulation:
         except AllocatorOutOfMemory as e:
             raise torch.OutOfMemoryError(e.message) from None
 
-    def _release(self, holder: list) -> None:
+    def _release(self, key: int) -> None:
         t0 = self._clock()
-        entry = self._storages.get(holder[0])
-        if entry is not None:
-            entry[1] -= 1
-            if entry[1] == 0:
-                del self._storages[holder[0]]
-                if entry[0] is not None:
-                    self.allocator.free(entry[0])
-                    if self.recorder is not None:
-                        self._record_free(entry)
+        entry = self._storages.pop(key, None)
+        if entry is not None and entry[0] is not None:
+            self.allocator.free(entry[0])
+            if self.recorder is not None:
+                self._record_free(entry)
         self._hidden_overhead_ns += self._clock() - t0
 
     def _record_free(self, entry: list) -> None:
-        self.recorder.free(entry[2] if len(entry) > 2 else None, self.timeline.host_ns)
+        self.recorder.free(entry[1], self.timeline.host_ns)
 
     def record_stream(self, t: torch.Tensor, stream_id: int) -> None:
         """Tensor.record_stream: the tensor's block is in use on `stream_id` too."""
@@ -423,7 +418,7 @@ class Simulation:
             if entry[0] is not None:
                 record = self.recorder.malloc(entry[0].size, self.timeline.host_ns,
                                               op="UntypedStorage.resize_", category="parameters")
-            entry[2:] = [record]
+            entry[1] = record
         self.end_op()
 
     def _allocate_cublas_workspace(self, stream_id: int) -> None:

@@ -115,6 +115,33 @@ def test_memory_api_follows_the_caching_allocator(run_script):
     assert v["reserved_empty"] == 0 and 0.95 < v["free_frac"] < 1.0
 
 
+def test_memory_follows_storages_when_tensors_change_storage(run_script):
+    # DeepSpeed ZeRO re-points every parameter into a flat buffer with `p.data = view`; the
+    # parameters' old storages must be freed then, not when the parameter objects die.
+    proc, _ = run_script(
+        """
+        import torch
+        MiB = 1024**2
+        p = torch.nn.Parameter(torch.empty(32 * MiB, dtype=torch.float16, device="cuda"))
+        flat = torch.empty(128 * MiB, dtype=torch.uint8, device="cuda")
+        p.data = flat[: 64 * MiB].view(torch.float16)
+        print("set_data=", torch.cuda.memory_allocated() // MiB)
+        q = torch.empty(32 * MiB, dtype=torch.uint8, device="cuda")
+        q.set_(flat.untyped_storage(), 0, (16 * MiB,))
+        print("set_=", torch.cuda.memory_allocated() // MiB)
+        v = flat[:8]  # a view keeps the storage alive after its base tensor is gone
+        del flat, p, q
+        print("view_alive=", torch.cuda.memory_allocated() // MiB)
+        del v
+        print("all_freed=", torch.cuda.memory_allocated() // MiB)
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = {k: int(x) for k, x in _values(proc.stdout).items()}
+    assert v == {"set_data": 128, "set_": 128, "view_alive": 128, "all_freed": 0}
+
+
 def test_oom_raises_torch_out_of_memory_at_the_failing_allocation(run_script):
     proc, _ = run_script(
         """

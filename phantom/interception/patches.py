@@ -21,10 +21,9 @@ if TYPE_CHECKING:
 class _WeakrefForSwap:
     """torch.utils.swap_tensors refuses tensors that have weakrefs. `Module._apply` (behind
     `.to(dtype)`, `.half()`, `.bfloat16()`, `.cuda()`) swaps FakeTensor parameters, and every
-    fake CUDA tensor has weakrefs: FakeTensorMode's memo and phantom's storage finalizer.
-    Both are keyed so that a swap cannot corrupt them (the memo maps meta tensors that stay
-    put; phantom's holders are exchanged in `swap_tensors` below), so the check is skipped
-    for fake tensors only."""
+    fake tensor has weakrefs from FakeTensorMode's memo, which maps meta tensors that stay put,
+    so a swap cannot corrupt it. (phantom's own memory tracking follows storages, which a
+    swap leaves where they are.) The check is skipped for fake tensors only."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(weakref, name)
@@ -37,22 +36,7 @@ class _WeakrefForSwap:
 
 
 def _patch_swap_tensors() -> None:
-    original = torch.utils.swap_tensors
     torch.utils.weakref = _WeakrefForSwap()  # the name swap_tensors looks up at call time
-
-    @functools.wraps(original)
-    def swap_tensors(t1: torch.Tensor, t2: torch.Tensor) -> None:
-        h1 = t1.__dict__.get("_phantom_holder")
-        h2 = t2.__dict__.get("_phantom_holder")
-        original(t1, t2)
-        # swap_tensors exchanged the __dict__s but each object's finalizer still holds the
-        # holder it was created with: put each holder back on its object and exchange what
-        # the holders point at, so each finalizer releases the storage its object now has.
-        if h1 is not None and h2 is not None:
-            h1[0], h2[0] = h2[0], h1[0]
-            t1.__dict__["_phantom_holder"], t2.__dict__["_phantom_holder"] = h1, h2
-
-    torch.utils.swap_tensors = swap_tensors
 
 
 def _patch_compile() -> None:
@@ -133,6 +117,25 @@ def _patch_record_stream(sim: "Simulation") -> None:
         return real_record_stream(self, stream)
 
     torch.Tensor.record_stream = record_stream
+
+
+def _patch_fake_cache_storage_args() -> None:
+    """FakeTensorMode's dispatch cache (torch/_subclasses/fake_tensor.py, `_cache_key`) puts
+    non-tensor arguments into its keys as they are, so `t.set_(storage, ...)` stores the
+    storage object in a key the cache keeps for the whole run (as an entry, or as a
+    "bypass" entry): that storage is never freed and its device memory stays counted. Ops
+    with a storage argument get no key, so they are dispatched uncached and leave nothing."""
+    from torch._subclasses.fake_tensor import FakeTensorMode, _BypassDispatchCache
+
+    original = FakeTensorMode._cache_key
+
+    @functools.wraps(original)
+    def cache_key(self, state, func, args, kwargs):
+        if any(isinstance(a, torch.UntypedStorage) for a in (*args, *kwargs.values())):
+            raise _BypassDispatchCache("storage argument")
+        return original(self, state, func, args, kwargs)
+
+    FakeTensorMode._cache_key = cache_key
 
 
 def _patch_tolist() -> None:
@@ -231,5 +234,6 @@ def install(sim: "Simulation") -> None:
     _patch_storage_resize(sim)
     _patch_record_stream(sim)
     _patch_tolist()
+    _patch_fake_cache_storage_args()
     _patch_compile()
     _patch_optimizer_steps(sim)

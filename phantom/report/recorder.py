@@ -414,9 +414,9 @@ class Recorder:
         record for any other allocated bytes), so that frees and the peak stay exact."""
         sim = self.sim
         for entry in sim._storages.values():
-            if entry[0] is not None and len(entry) == 2:
-                entry.append(self.memory.malloc(entry[0].size, 0, "(before recording)", 0.0))
-                entry[2].category = "other"
+            if entry[0] is not None and entry[1] is None:
+                entry[1] = self.memory.malloc(entry[0].size, 0, "(before recording)", 0.0)
+                entry[1].category = "other"
         for block in sim._cublas_workspaces.values():
             a = self.memory.malloc(block.size, 0, "cuBLAS workspace", 0.0)
             a.category = "other"
@@ -452,8 +452,8 @@ class Recorder:
         except (RuntimeError, NotImplementedError):
             return
         entry = self.sim._storages.get(key)
-        if entry is not None and len(entry) > 2 and entry[2] is not None:
-            entry[2].tag(category)
+        if entry is not None and entry[1] is not None:
+            entry[1].tag(category)
 
     def tag_optimizer(self, optimizer: Any) -> None:
         """At each optimizer step: what its parameters, their gradients and its state hold."""
