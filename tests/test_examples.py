@@ -54,7 +54,8 @@ def test_gpt_training_script(tmp_path, ac):
     assert "_fused_adamw_.default" in ops or report["op_classes"]["optimizer"]["gpu_ms"] > 0
     assert any("cudnn_attention" in o for o in ops)  # the fused kernel torch picks on H100
     assert "gemm" in report["op_classes"] and "attention" in report["op_classes"]
-    test_gpt_training_script.results[ac] = summary
+    gpu_ms = sum(c["gpu_ms"] for c in report["op_classes"].values())
+    test_gpt_training_script.results[ac] = dict(summary, gpu_ms=gpu_ms)
 
 
 test_gpt_training_script.results = {}
@@ -65,7 +66,9 @@ def test_activation_checkpointing_trades_time_for_memory():
     if len(results) < 2:
         pytest.skip("needs both parametrisations of test_gpt_training_script")
     assert results[True]["peak_alloc_gib"] < results[False]["peak_alloc_gib"]
-    assert results[True]["median_iter_ms"] > results[False]["median_iter_ms"]
+    # The recomputed forward costs GPU time. (Not compared on the step time: these steps are
+    # host-bound, and one loaded moment on this 2-core machine made a no-AC step 4x slow.)
+    assert results[True]["gpu_ms"] > 1.05 * results[False]["gpu_ms"]
 
 
 def test_faster_gpu_is_faster(tmp_path):
