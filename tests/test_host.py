@@ -81,3 +81,16 @@ def test_report_says_how_fast_this_host_was_taken_to_be(run_script):
     assert proc.returncode == 0, proc.stderr
     assert given["simulation"]["host_speed"] == 2.5
     assert given["simulation"]["host_speed_source"] == "given"
+
+
+def test_speed_factor_is_the_best_over_the_mean_of_recent_probes(tmp_path, monkeypatch):
+    import phantom.engine.host as host
+
+    times = iter([100, 100, 100, 100,  # warm-up, then the first sample (min of 3)
+                  200, 200, 200,       # a slow spell
+                  100, 100, 100])      # fast again
+    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: next(times))
+    speed = host.HostSpeedNormalizer(None)
+    assert speed.factor == 1.0
+    assert speed.sample() == pytest.approx(100 / 150)  # mean of (100, 200), not one sample
+    assert speed.sample() == pytest.approx(100 / (400 / 3))

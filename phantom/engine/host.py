@@ -2,11 +2,11 @@
 
 The script's own Python time between CUDA ops is measured on the machine running the
 simulation. Shared and frequency-scaled CPUs change speed during a run: the development VMs
-of this project switch between two speeds a factor 2 apart, at random moments. A ~1 ms
-pure-Python probe, re-run every few thousand ops, gives the machine's current speed relative
-to the fastest it has been seen to run (remembered across runs in phantom's cache
-directory); measured time is scaled to that fastest speed, so a run does not come out 2x
-slower because the machine was in its slow state.
+of this project switch between two speeds a factor ~2 apart, in spells of a few to a few
+hundred milliseconds. A ~0.5 ms pure-Python probe, re-run every few thousand ops, gives the
+machine's recent speed relative to the fastest it has been seen to run (remembered across runs
+in phantom's cache directory); measured time is scaled to that fastest speed, so a run does not
+come out 2x slower because the machine was in its slow state.
 """
 from __future__ import annotations
 
@@ -15,11 +15,17 @@ import math
 import os
 import platform
 import time
+from collections import deque
 from pathlib import Path
 from typing import Callable
 
 _CLOCK_NS = time.perf_counter_ns  # bound before the simulation patches time
 PROBE_N = 2_000
+# Probe samples averaged into the current speed. The machine's fast and slow spells are about
+# as long as the stretch between two samples, so one sample says little about the stretch
+# that follows it; the mean time of the last few tracks the share of slow spells (and the mean
+# of the times, not of their inverses, is what converts a stretch's measured time).
+SPEED_WINDOW = 8
 
 
 class _Box:
@@ -57,6 +63,7 @@ class HostSpeedNormalizer:
         self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
         self.best_ns, self.best_step_ns = self._load_best()
         self.factor = 1.0
+        self._recent: deque[int] = deque(maxlen=SPEED_WINDOW)
         _probe_ns(clock)  # warm the code path
         self.sample()
 
@@ -65,7 +72,8 @@ class HostSpeedNormalizer:
         if self.best_ns is None or current < self.best_ns:
             self.best_ns = current
             self._save_best()
-        self.factor = self.best_ns / current
+        self._recent.append(current)
+        self.factor = self.best_ns * len(self._recent) / sum(self._recent)
         return self.factor
 
     def record_step(self, step_ns: float) -> float:
