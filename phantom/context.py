@@ -194,6 +194,9 @@ class Simulation:
             if wall >= self._next_progress:
                 self._report_progress()
 
+    def host_speed_variation(self) -> dict:
+        return self._speed.variation()
+
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         self._speed_sampled_wall = REAL_NS()

@@ -94,3 +94,32 @@ def test_speed_factor_is_the_best_over_the_mean_of_recent_probes(tmp_path, monke
     assert speed.factor == 1.0
     assert speed.sample() == pytest.approx(100 / 150)  # mean of (100, 200), not one sample
     assert speed.sample() == pytest.approx(100 / (400 / 3))
+
+
+def test_a_host_bound_run_on_a_changing_machine_is_flagged():
+    from phantom.report.summary import _host_caution
+
+    steady = {"samples": 20, "mean_slowdown": 1.02, "max_slowdown": 1.1, "slow_share": 0.0}
+    changing = {"samples": 20, "mean_slowdown": 1.4, "max_slowdown": 1.9, "slow_share": 0.45}
+
+    def report(busy, variation):
+        return {"gpu_busy_fraction": busy, "simulation": {"host_speed_variation": variation}}
+
+    caution = _host_caution(report(0.4, changing))
+    assert caution and "1.9x slower" in caution and "45%" in caution
+    assert _host_caution(report(0.97, changing)) is None  # GPU-bound: host time barely matters
+    assert _host_caution(report(0.4, steady)) is None
+    assert _host_caution({"gpu_busy_fraction": 0.4, "simulation": {}}) is None  # older reports
+
+
+def test_variation_summarises_the_probe_samples(monkeypatch):
+    import phantom.engine.host as host
+
+    times = iter([100, 100, 100, 100, 250, 250, 250, 110, 110, 110])
+    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: next(times))
+    speed = host.HostSpeedNormalizer(None)
+    speed.sample()
+    speed.sample()
+    v = speed.variation()
+    assert v["samples"] == 3 and v["max_slowdown"] == 2.5
+    assert v["slow_share"] == pytest.approx(1 / 3) and v["mean_slowdown"] == pytest.approx(4.6 / 3)

@@ -26,6 +26,7 @@ PROBE_N = 2_000
 # that follows it; the mean time of the last few tracks the share of slow spells (and the mean
 # of the times, not of their inverses, is what converts a stretch's measured time).
 SPEED_WINDOW = 8
+SLOW_STATE = 1.3  # a sample this many times the best counts as the machine's slow state
 
 
 class _Box:
@@ -64,6 +65,7 @@ class HostSpeedNormalizer:
         self.best_ns, self.best_step_ns = self._load_best()
         self.factor = 1.0
         self._recent: deque[int] = deque(maxlen=SPEED_WINDOW)
+        self._samples: list[int] = []  # every sample of the run, for variation()
         _probe_ns(clock)  # warm the code path
         self.sample()
 
@@ -73,8 +75,18 @@ class HostSpeedNormalizer:
             self.best_ns = current
             self._save_best()
         self._recent.append(current)
+        self._samples.append(current)
         self.factor = self.best_ns * len(self._recent) / sum(self._recent)
         return self.factor
+
+    def variation(self) -> dict:
+        """How far from its best speed this machine ran over the run's probe samples: the
+        honest size of the uncertainty in measured host time (see bench/README.md)."""
+        slowdowns = [t / self.best_ns for t in self._samples]
+        return {"samples": len(slowdowns),
+                "mean_slowdown": sum(slowdowns) / len(slowdowns),
+                "max_slowdown": max(slowdowns),
+                "slow_share": sum(x > SLOW_STATE for x in slowdowns) / len(slowdowns)}
 
     def record_step(self, step_ns: float) -> float:
         """Fold in a timing of `training_step` on CPU; returns the fastest seen on this machine

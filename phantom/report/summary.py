@@ -98,6 +98,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "host_speed_source": "measured" if sim.options.host_speed is None else "given",
             "host_step_ns_here": sim.host_step_ns_here,
             "host_step_ns_simulated": sim.gpu.host_step_ns,
+            "host_speed_variation": sim.host_speed_variation(),
         },
     }
 
@@ -162,7 +163,27 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
         f"as the simulated node's host ({sim['host_speed_source']})",
     ]
+    caution = _host_caution(report)
+    if caution:
+        lines.append(caution)
     print("\n".join(lines), file=file, flush=True)
+
+
+# Below this GPU-busy share a step is set by host time, which is measured on this machine.
+HOST_BOUND_BUSY = 0.9
+
+
+def _host_caution(report: dict[str, Any]) -> str | None:
+    """A warning when the result rests on host time measured while this machine kept
+    changing speed: host-bound steps then move between runs by tens of percent."""
+    variation = report["simulation"].get("host_speed_variation")
+    busy = report["gpu_busy_fraction"]
+    if not variation or busy is None or busy >= HOST_BOUND_BUSY or variation["slow_share"] < 0.1:
+        return None
+    return (f"  caution            host-bound (GPU busy {100 * busy:.0f}%), and this machine ran up to "
+            f"{variation['max_slowdown']:.1f}x slower than its best in {100 * variation['slow_share']:.0f}% "
+            "of speed samples: the simulated step rests on host time measured here and can move by "
+            "tens of percent between runs (README, 'Host time policy')")
 
 
 def _db_line(db: dict[str, Any] | None) -> str:
