@@ -49,25 +49,41 @@ def cmd_real(args: argparse.Namespace) -> None:
     Path(args.out).write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
 
 
+def _simulate(name: str, args: argparse.Namespace, tmp: str, i: int) -> tuple[float | None, dict, dict]:
+    report = Path(tmp) / f"{name}.{i}.json"
+    prefix = [*phantom_cmd(None), "run", "--gpu", args.gpu, "--quiet", "--report", str(report), "--"]
+    sim = run_one([*prefix, *WORKLOADS[name], "--steps", str(args.steps), "--warmup", str(args.warmup)],
+                  args.timeout)
+    rep = json.loads(report.read_text()) if report.exists() else {}
+    return sim.get("median_iter_ms"), sim, rep
+
+
 def cmd_sim(args: argparse.Namespace) -> None:
+    """Each workload simulated `--repeat` times (host-bound steps move between runs with the
+    simulating machine's speed): the median is compared, the range shows the spread."""
     real = json.loads(Path(args.real).read_text())["results"]
     rows, errs = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for name in WORKLOADS:
-            report = Path(tmp) / f"{name}.json"
-            prefix = [*phantom_cmd(None), "run", "--gpu", args.gpu, "--quiet", "--report", str(report), "--"]
-            sim = run_one([*prefix, *WORKLOADS[name], "--steps", str(args.steps), "--warmup", str(args.warmup)],
-                          args.timeout)
-            rep = json.loads(report.read_text()) if report.exists() else {}
-            busy = rep.get("gpu_busy_fraction")
-            speed = rep.get("simulation", {}).get("host_speed")
-            real_ms, sim_ms = real.get(name, {}).get("median_iter_ms"), sim.get("median_iter_ms")
-            err = 100 * (sim_ms - real_ms) / real_ms if real_ms and sim_ms else None
-            errs += [abs(err)] if err is not None else []
-            rows.append(f"| {name} | {real_ms} | {sim_ms} | {err:+.1f} | {100 * busy:.0f}% | {speed:.2f} |"
-                        if err is not None else f"| {name} | {real_ms} | {sim.get('error')} | | | |")
-    table = "\n".join(["| workload | real ms | sim ms | err % | sim GPU busy | host speed |",
-                        "|---|---|---|---|---|---|", *rows])
+            runs = [_simulate(name, args, tmp, i) for i in range(args.repeat)]
+            times = sorted(ms for ms, _, _ in runs if ms is not None)
+            real_ms = real.get(name, {}).get("median_iter_ms")
+            if not times or not real_ms:
+                rows.append(f"| {name} | {real_ms} | {runs[-1][1].get('error')} | | | | | |")
+                continue
+            sim_ms = statistics.median(times)
+            rep = runs[-1][2]
+            busy = rep.get("gpu_busy_fraction") or 0.0
+            sim_info = rep.get("simulation", {})
+            slow = (sim_info.get("host_speed_variation") or {}).get("slow_share")
+            err = 100 * (sim_ms - real_ms) / real_ms
+            errs.append(abs(err))
+            rows.append(f"| {name} | {real_ms} | {sim_ms:.2f} | {times[0]:.1f}-{times[-1]:.1f} | {err:+.1f} | "
+                        f"{100 * busy:.0f}% | {sim_info.get('host_speed', 0):.2f} | "
+                        f"{'' if slow is None else f'{100 * slow:.0f}%'} |")
+    table = "\n".join([f"| workload | real ms | sim ms (median of {args.repeat}) | sim range | err % | "
+                        "sim GPU busy | host speed | slow probe samples |",
+                        "|---|---|---|---|---|---|---|---|", *rows])
     if errs:
         table += f"\n\niteration time |error|: mean {statistics.mean(errs):.1f}%, max {max(errs):.1f}%\n"
     print(table)
@@ -87,6 +103,7 @@ def main() -> None:
         if mode == "sim":
             s.add_argument("--gpu", default="H100")
             s.add_argument("--real", required=True)
+            s.add_argument("--repeat", type=int, default=3, help="simulations per workload (median)")
     args = p.parse_args()
     (cmd_real if args.mode == "real" else cmd_sim)(args)
 
