@@ -15,7 +15,6 @@ import math
 import os
 import platform
 import time
-from collections import deque
 from pathlib import Path
 from typing import Callable
 
@@ -64,8 +63,7 @@ class HostSpeedNormalizer:
         self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
         self.best_ns, self.best_step_ns = self._load_best()
         self.factor = 1.0
-        self._recent: deque[int] = deque(maxlen=SPEED_WINDOW)
-        self._samples: list[int] = []  # every sample of the run, for variation()
+        self._samples: list[int] = []  # every probe of the run: the speed, variation()
         _probe_ns(clock)  # warm the code path
         self.sample()
 
@@ -74,9 +72,9 @@ class HostSpeedNormalizer:
         if self.best_ns is None or current < self.best_ns:
             self.best_ns = current
             self._save_best()
-        self._recent.append(current)
         self._samples.append(current)
-        self.factor = self.best_ns * len(self._recent) / sum(self._recent)
+        recent = self._samples[-SPEED_WINDOW:]
+        self.factor = self.best_ns * len(recent) / sum(recent)
         return self.factor
 
     def variation(self) -> dict:

@@ -119,19 +119,26 @@ def _patch_record_stream(sim: "Simulation") -> None:
     torch.Tensor.record_stream = record_stream
 
 
+@functools.cache
+def _takes_storage(func: Any) -> bool:
+    schema = getattr(func, "_schema", None)  # higher-order ops have none
+    return schema is not None and any(str(a.type) == "Storage" for a in schema.arguments)
+
+
 def _patch_fake_cache_storage_args() -> None:
     """FakeTensorMode's dispatch cache (torch/_subclasses/fake_tensor.py, `_cache_key`) puts
     non-tensor arguments into its keys as they are, so `t.set_(storage, ...)` stores the
     storage object in a key the cache keeps for the whole run (as an entry, or as a
     "bypass" entry): that storage is never freed and its device memory stays counted. Ops
-    with a storage argument get no key, so they are dispatched uncached and leave nothing."""
+    whose schema takes a storage get no key, so they are dispatched uncached and leave
+    nothing (decided once per op: this runs on every cached dispatch)."""
     from torch._subclasses.fake_tensor import FakeTensorMode, _BypassDispatchCache
 
     original = FakeTensorMode._cache_key
 
     @functools.wraps(original)
     def cache_key(self, state, func, args, kwargs):
-        if any(isinstance(a, torch.UntypedStorage) for a in (*args, *kwargs.values())):
+        if _takes_storage(func):
             raise _BypassDispatchCache("storage argument")
         return original(self, state, func, args, kwargs)
 
