@@ -216,6 +216,8 @@ def _configure_outputs(config: RunConfig, args: argparse.Namespace) -> None:
 
 def _check_dbs(paths: list[str], gpu: str) -> list[str]:
     """Fail before launch on a --db file that is missing, malformed or for another GPU."""
+    if not paths:
+        return []  # importing phantom.cost imports torch: 2-3 s the launcher need not spend
     from phantom.cost.db import KernelDBError, load_db
 
     for path in paths:

@@ -133,9 +133,7 @@ class Simulation:
         self.host_speed = self._calibrate_host_speed()
         self._gap_scale = self._speed.factor * self.host_speed
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
-        # phantom work that ran inside the user's time (storage finalizers run when the
-        # script drops a tensor): taken off the next gap.
-        self._hidden_overhead_ns = 0.0
+        self._gc_start: tuple[int, int] | None = None  # (clock, _real_mark) when a collection began
         self.comm = None  # phantom.distributed.comm.RankComm in a distributed run
         # phantom.report.recorder.Recorder when the run keeps a trace or run directory
         self.recorder = None
@@ -167,8 +165,7 @@ class Simulation:
         now = self._clock()
         # In simulated-host nanoseconds: this machine at its best observed speed, scaled by
         # how fast it is relative to the simulated host.
-        gap = (now - self._real_mark - self._hidden_overhead_ns) * self._gap_scale
-        self._hidden_overhead_ns = 0.0
+        gap = (now - self._real_mark) * self._gap_scale
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
@@ -390,7 +387,26 @@ class Simulation:
             self.allocator.free(entry[0])
             if self.recorder is not None:
                 self._record_free(entry)
-        self._hidden_overhead_ns += self._clock() - t0
+        # phantom's work inside the user's time (the script dropped a tensor): moving the mark
+        # takes it off the current gap; inside a handler, end_op resets the mark anyway.
+        self._real_mark += self._clock() - t0
+
+    def on_gc(self, phase: str, info: dict) -> None:
+        """gc.callbacks hook: Python's cyclic collections are not charged as host time.
+
+        Under phantom the heap holds the simulation's own objects (fake tensors and their
+        metadata, FakeTensorMode's caches, one finalizer per storage): hundreds of thousands
+        more than the script has on a GPU host, and each collection walks them. Charged, a
+        host-bound step came out up to a full collection (tens to hundreds of ms) longer,
+        depending on where the collector happened to run. The script's own collections on
+        a GPU host are a small share of its host time and are left out with them."""
+        if phase == "start":
+            self._gc_start = (self._clock(), self._real_mark)
+        elif self._gc_start is not None:
+            t0, mark = self._gc_start
+            self._gc_start = None
+            # Finalizers that ran inside the collection moved the mark already: count once.
+            self._real_mark = max(self._real_mark, mark + (self._clock() - t0))
 
     def _record_free(self, entry: list) -> None:
         self.recorder.free(entry[1], self.timeline.host_ns)

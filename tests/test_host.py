@@ -123,3 +123,27 @@ def test_variation_summarises_the_probe_samples(monkeypatch):
     v = speed.variation()
     assert v["samples"] == 3 and v["max_slowdown"] == 2.5
     assert v["slow_share"] == pytest.approx(1 / 3) and v["mean_slowdown"] == pytest.approx(4.6 / 3)
+
+
+def test_garbage_collection_is_not_charged_as_host_time(run_script):
+    # A full collection over a large heap takes real time here (time.monotonic stays real);
+    # under phantom most of such a heap is the simulation's own objects, so the simulated
+    # clock (time.perf_counter) must not move with it (Simulation.on_gc).
+    text = """
+        import gc, time
+        import torch
+        junk = [[i] for i in range(1_500_000)]  # GC-tracked objects for the collector to walk
+        x = torch.randn(64, 64, device="cuda")
+        torch.cuda.synchronize()
+        real0, sim0 = time.monotonic(), time.perf_counter()
+        for _ in range(3):
+            gc.collect()
+        real_s, sim_s = time.monotonic() - real0, time.perf_counter() - sim0
+        print(f"collected real_ms={1e3 * real_s:.1f} sim_ms={1e3 * sim_s:.3f}")
+    """
+    proc, _ = run_script(text, "--host-speed", "1.0")
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("collected"))
+    real_ms, sim_ms = (float(part.split("=")[1]) for part in line.split()[1:])
+    assert real_ms > 30, line  # the collections did cost real time here
+    assert sim_ms < 0.05 * real_ms, line

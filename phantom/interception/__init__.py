@@ -6,6 +6,7 @@ of them in place; afterwards every CUDA op of the script reaches `sim.on_op`.
 """
 from __future__ import annotations
 
+import gc
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def install(sim: "Simulation"):
     adapters.install()
     disable_fake_tensor_torch_function()
     mode.__enter__()
+    gc.callbacks.append(sim.on_gc)
     sim.calibrate_dispatch_overhead()
     clock.install(sim)
     return mode
