@@ -103,6 +103,14 @@ def _share_higher_order_op_rules(cls: type) -> None:
 
 
 class PhantomMode(FakeTensorMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # TorchDispatchMode.__init_subclass__ otherwise wraps __torch_dispatch__ in
+        # torch._disable_dynamo, which swaps dynamo's frame callback twice on every op
+        # (several µs per dispatch). Dynamo never runs under phantom (torch.compile is the
+        # identity: patches._patch_compile), so there is nothing to disable.
+        return False
+
     def __init__(self, sim: "Simulation") -> None:
         super().__init__(allow_non_fake_inputs=True)
         self.sim = sim
