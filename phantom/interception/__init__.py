@@ -34,3 +34,9 @@ def install(sim: "Simulation"):
     sim.calibrate_dispatch_overhead()
     clock.install(sim)
     return mode
+
+
+def uninstall_gc_hook(sim: "Simulation") -> None:
+    """Stop excluding garbage collections from host time (the script has finished)."""
+    if sim.on_gc in gc.callbacks:
+        gc.callbacks.remove(sim.on_gc)

@@ -149,6 +149,9 @@ def main() -> int:
         _print_user_traceback(e)
         exit_code = 1
     sys.stdout.flush()
+    # The script is done: the interpreter's exit-time collections are not the script's time,
+    # and a hook into the simulation must not run while the interpreter tears itself down.
+    interception.uninstall_gc_hook(sim)
     if sim.comm is not None:
         exit_code = _finish_distributed(sim, exit_code)
     if sim.recorder is not None:
