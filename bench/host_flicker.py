@@ -23,19 +23,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from phantom.engine.host import SLOW_STATE, _Box  # noqa: E402
+from phantom.engine.host import SLOW_STATE, _probe_ns  # noqa: E402
 
 PROBE_N = 500  # ~0.15 ms a probe on the development VM: fine enough to see sub-ms spells
 WINDOWS_MS = (10, 50, 100, 1000)
 
 
 def probe_ns() -> int:
-    t0 = time.perf_counter_ns()
-    d: dict = {}
-    total = 0
-    for i in range(PROBE_N):
-        total += _Box(i).step(d)
-    return time.perf_counter_ns() - t0
+    return _probe_ns(time.perf_counter_ns, PROBE_N)
 
 
 def series(seconds: float, core: int | None) -> list[tuple[int, int]]:

@@ -37,12 +37,12 @@ class _Box:
         return self.v + len(d)
 
 
-def _probe_ns(clock=_CLOCK_NS) -> int:
+def _probe_ns(clock=_CLOCK_NS, n: int = PROBE_N) -> int:
     """Nanoseconds for a fixed pure-Python workload (object creation, calls, dicts)."""
     t0 = clock()
     d: dict = {}
     total = 0
-    for i in range(PROBE_N):
+    for i in range(n):
         total += _Box(i).step(d)
     return clock() - t0
 
