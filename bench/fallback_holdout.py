@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import re
 import statistics
 import sys
@@ -57,8 +58,11 @@ def gemm_dims(label: str) -> tuple[str, int, int, int, int] | None:
     return (m.group(1), *nums) if m.group(1) == "bmm" else (m.group(1), 1, *nums)
 
 
-def cases() -> list[tuple[str, str, Callable[[], Any], Callable[[Any], Any]]]:
-    """(group, label, make, fn). Shapes chosen between and beyond the sweep's grid points."""
+def cases(case_set: str = "fixed") -> list[tuple[str, str, Callable[[], Any], Callable[[Any], Any]]]:
+    """(group, label, make, fn). "fixed": shapes chosen by hand between and beyond the sweep's
+    grid points (session 3); "random": GEMMs drawn by `random_gemm_shapes` (session 8)."""
+    if case_set == "random":
+        return [_gemm_case(*shape) for shape in random_gemm_shapes()]
     out: list = []
     for m, n, k in ((3000, 5000, 1500), (6144, 2560, 10240), (777, 4096, 4096), (12000, 1000, 3000),
                     (2500, 2500, 2500), (9000, 7000, 640), (1536, 11008, 4096), (40960, 896, 896),
@@ -85,6 +89,51 @@ def cases() -> list[tuple[str, str, Callable[[], Any], Callable[[Any], Any]]]:
                     lambda b: F.layer_norm(b[0], (b[0].shape[-1],), b[1])))
         out.append(("memory", f"softmax bf16 {rows}x{cols}", lambda rows=rows, cols=cols: (r(rows, cols),),
                     lambda b: torch.softmax(b[0], -1)))
+    return out
+
+
+def _gemm_case(op: str, bsz: int, m: int, n: int, k: int) -> tuple:
+    if op == "mm":
+        return ("gemm", f"mm {m}x{n}x{k} x@W^T", lambda: (r(m, k), r(n, k)), lambda b: torch.mm(b[0], b[1].t()))
+    return ("gemm", f"bmm {bsz}x{m}x{n}x{k}", lambda: (r(bsz, m, k), r(bsz, k, n)), lambda b: torch.bmm(b[0], b[1]))
+
+
+RANDOM_SEED = 20261124
+RANDOM_MM, RANDOM_BMM = 36, 12
+
+
+def _log_uniform(rng: Any, lo: int, hi: int) -> int:
+    return int(round(2 ** rng.uniform(math.log2(lo), math.log2(hi))))
+
+
+def _round_dim(rng: Any, x: int) -> int:
+    """Most training dimensions are multiples of 128; some only of 8 (16-byte rows in bf16);
+    a few are arbitrary (vocabularies, odd head counts)."""
+    u = rng.random()
+    step = 128 if u < 0.6 else 8 if u < 0.85 else 1
+    return max(step, step * round(x / step))
+
+
+def random_gemm_shapes(seed: int = RANDOM_SEED) -> list[tuple[str, int, int, int, int]]:
+    """A hold-out drawn, not chosen: bf16 GEMMs whose sizes are log-uniform over the range
+    training runs use (mm: M 256-32768 tokens, N and K 256-16384; bmm: attention-like products
+    of 4-96 heads at sequence 128-4096 and head dim 64/96/128, scores or values), rounded as
+    `_round_dim` says, at most 2 TFLOP each, none on either GPU's sweep grid. Fixed by the seed
+    (drawn once, before any prediction was looked at)."""
+    import random
+
+    rng = random.Random(seed)
+    grid = sweep_shapes("H100") | sweep_shapes("H200")
+    out: list[tuple[str, int, int, int, int]] = []
+    while len(out) < RANDOM_MM:
+        m, n, k = (_round_dim(rng, _log_uniform(rng, lo, hi)) for lo, hi in ((256, 32768), (256, 16384), (256, 16384)))
+        if 2 * m * n * k <= 2e12 and ("mm", 1, m, n, k) not in grid:
+            out.append(("mm", 1, m, n, k))
+    while len(out) < RANDOM_MM + RANDOM_BMM:
+        bsz, seq, d = _log_uniform(rng, 4, 96), _round_dim(rng, _log_uniform(rng, 128, 4096)), rng.choice((64, 96, 128))
+        shape = ("bmm", bsz, seq, seq, d) if rng.random() < 0.5 else ("bmm", bsz, seq, d, seq)
+        if shape not in grid:
+            out.append(shape)
     return out
 
 
@@ -128,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="write rows and summary as JSON here (--sim: a markdown table)")
     ap.add_argument("--sim", metavar="REAL_JSON", help="offline: re-predict the real rows stored in this file")
+    ap.add_argument("--set", dest="case_set", choices=("fixed", "random"), default="fixed",
+                    help="the hand-picked cases (default) or the drawn GEMM hold-out (random_gemm_shapes)")
     args = ap.parse_args(argv)
     if args.sim:
         return simulate(args.sim, args.out)
@@ -135,12 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         print("needs a real NVIDIA GPU and a CUDA build of torch", file=sys.stderr)
         return 2
     torch.backends.cuda.matmul.allow_tf32 = False
-    header = device_header()
+    header = {**device_header(), "set": args.case_set}
     model = RooflineCostModel(get_gpu(header["gpu"]))
     timer = Timer(int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 * 2**20)))
     warm_up_clocks(1.0)
     rows = []
-    for group, label, make, fn in cases():
+    for group, label, make, fn in cases(args.case_set):
         try:
             one = make()
             pred_ns, ops = predict(model, fn, one)
@@ -186,20 +237,20 @@ _SDPA_BACKENDS: dict[str, Callable[[Any, bool], Any]] = {
 
 
 REPO = Path(__file__).resolve().parent.parent
-SWEEPS = ("bench/kernels/results/kernels_{gpu}.json", "bench/profile/results/kernels_{gpu}.json")
+# Every file the calibration's GEMM group is fitted on (phantom/cost/data/<GPU>.json, "source"):
+# measure.py's main grid and its align/align2/dense groups, and phantom profile --sweep's grid.
+SWEEPS = ("bench/kernels/results/kernels_*{gpu}*.json", "bench/profile/results/kernels_{gpu}.json")
 
 
 def sweep_shapes(gpu: str) -> set[tuple[str, int, int, int, int]]:
     """(op, batch, M, N, K) of every GEMM row of the kernel sweep (either timer) for `gpu`."""
     out = set()
-    for src in SWEEPS:
-        path = REPO / src.format(gpu=gpu)
-        if not path.exists():
-            continue
-        for row in json.loads(path.read_text())["rows"]:
-            if row["class"] == "gemm":
-                p = row["params"]
-                out.add((row["op"], p.get("batch", 1), p["M"], p["N"], p["K"]))
+    for pattern in SWEEPS:
+        for path in sorted(REPO.glob(pattern.format(gpu=gpu))):
+            for row in json.loads(path.read_text())["rows"]:
+                if row["class"] == "gemm":
+                    p = row["params"]
+                    out.add((row["op"], p.get("batch", 1), p["M"], p["N"], p["K"]))
     return out
 
 
@@ -209,7 +260,7 @@ def simulate(real_path: str, out: str | None) -> int:
     gpu = real["header"]["gpu"]
     DEVICE[0] = "meta"
     model = RooflineCostModel(get_gpu(gpu))
-    by_label = {label: (group, make, fn) for group, label, make, fn in cases()}
+    by_label = {label: (group, make, fn) for group, label, make, fn in cases(real["header"].get("set", "fixed"))}
     grid = sweep_shapes(gpu)
     leaks = [x["case"] for x in real["rows"] if x["group"] == "gemm" and gemm_dims(x["case"]) in grid]
     if not grid:
