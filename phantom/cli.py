@@ -59,6 +59,10 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="how many times as fast as the simulated node's host CPU this machine "
                         "runs the script's Python and PyTorch host code (default: measured at "
                         "start-up against the GPU preset's host)")
+    p.add_argument("--host-gaps", choices=("steady", "measured"), default="steady",
+                   help="steady (default): from the second iteration on, the script's host time "
+                        "between two ops is the mean of that point of the last few iterations; "
+                        "measured: every gap as measured on this machine (README, host time policy)")
     p.add_argument("--no-db", action="store_true",
                    help="leave out the shipped kernel database: fallback (roofline) times only, "
                         "plus any --db")
@@ -81,7 +85,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 # phantom run's options that take a value (the rest are flags)
 RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
-                          "--host-speed", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
+                          "--host-speed", "--host-gaps", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
                           "--ranks", "--executor", "--ray-address",
                           "--out", "--trace", "--trace-ranks", "--trace-iters"}
 
@@ -124,7 +128,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       host_speed=args.host_speed, tee=args.tee, log_dir=args.log_dir,
+                       host_speed=args.host_speed, host_gaps=args.host_gaps, tee=args.tee, log_dir=args.log_dir,
                        db_paths=_check_dbs(args.db, args.gpu or "H100"),
                        shipped_db=not args.no_db)
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:

@@ -7,6 +7,7 @@ the report is built from. Interception calls into it; it calls nothing back.
 from __future__ import annotations
 
 import gc
+import statistics
 import sys
 import time
 import weakref
@@ -19,7 +20,7 @@ import torch
 from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Event, Timeline
-from phantom.engine.host import HostSpeedNormalizer, reference_step_ns, training_step
+from phantom.engine.host import HostSpeedNormalizer, SteadyGaps, reference_step_ns, training_step
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -67,6 +68,10 @@ class SimOptions:
     # runs put many rank processes on few cores: their wall-clock gaps would include the
     # time each waits for a core.
     cpu_time_host_clock: bool = False
+    # "steady": from an iteration's second sighting on, a host gap is charged at the mean
+    # of the same point of the last few iterations (engine.host.SteadyGaps); "measured":
+    # every gap as measured here (scaled by the speed probe).
+    host_gaps: str = "steady"
     # Kernel databases added to the shipped one for this GPU (phantom run --db), and whether to
     # record every op signature (phantom profile).
     db_paths: list[str] = field(default_factory=list)
@@ -132,6 +137,7 @@ class Simulation:
         self.host_step_ns_here: float | None = None  # the reference step here, at best speed
         self.host_speed = self._calibrate_host_speed()
         self._gap_scale = self._speed.factor * self.host_speed
+        self._steady = self._new_steady_gaps()
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         self._gc_start: tuple[int, int] | None = None  # (clock, _real_mark) when a collection began
         self.comm = None  # phantom.distributed.comm.RankComm in a distributed run
@@ -155,17 +161,23 @@ class Simulation:
             return self.options.host_speed
         return self.gpu.host_step_ns / self.host_step_ns_here
 
-    def begin_op(self, dispatched: bool = False) -> None:
-        """Entering phantom: charge the user's own host time since we last returned.
+    def _new_steady_gaps(self) -> SteadyGaps | None:
+        return SteadyGaps() if self.options.host_gaps == "steady" else None
+
+    def begin_op(self, site: object = None, dispatched: bool = False) -> None:
+        """Entering phantom at `site` (the op, or what else ends the gap): charge the user's
+        own host time since we last returned.
 
         For a dispatched op, the gap also holds the cost of reaching our handler through
         torch's Python dispatch (argument boxing, FakeTensor wrapping), which a real GPU run
         does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off.
         """
         now = self._clock()
-        # In simulated-host nanoseconds: this machine at its best observed speed, scaled by
-        # how fast it is relative to the simulated host.
+        # In simulated-host nanoseconds: this machine at its best observed speed (the probe),
+        # scaled by how fast it is relative to the simulated host.
         gap = (now - self._real_mark) * self._gap_scale
+        if self._steady is not None:
+            gap = self._steady.typical(site, gap)
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
@@ -194,19 +206,24 @@ class Simulation:
     def host_speed_variation(self) -> dict:
         return self._speed.variation()
 
+    def host_gaps(self) -> dict:
+        """How the script's host gaps were charged (report: simulation.host_gaps)."""
+        share = self._steady.share() if self._steady is not None else None
+        return {"mode": self.options.host_gaps, "steady_share": share}
+
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         self._speed_sampled_wall = REAL_NS()
         self._gap_scale = self._speed.sample() * self.host_speed
 
     def host_now_ns(self) -> float:
-        self.begin_op()
+        self.begin_op("clock")
         now = self.timeline.host_ns
         self.end_op()
         return now
 
     def advance_host_ns(self, ns: float) -> None:
-        self.begin_op()
+        self.begin_op("sleep")
         self.timeline.advance_host(ns)
         self.end_op()
 
@@ -239,7 +256,7 @@ class Simulation:
     def _sync(self, fn, *args) -> None:
         if self.comm is not None:
             self.comm.flush()  # isend/irecv nobody waited for still complete before a sync
-        self.begin_op()
+        self.begin_op(fn.__name__)
         h0 = self.timeline.host_ns
         fn(*args)
         if self.recorder is not None:
@@ -259,13 +276,13 @@ class Simulation:
         self._sync(self.timeline.record_event, event, stream_id)
 
     def query_stream(self, stream_id: int) -> bool:
-        self.begin_op()
+        self.begin_op("query_stream")
         done = self.timeline.query_stream(stream_id)
         self.end_op()
         return done
 
     def query_event(self, event: Event) -> bool:
-        self.begin_op()
+        self.begin_op("query_event")
         done = self.timeline.query_event(event)
         self.end_op()
         return done
@@ -424,7 +441,7 @@ class Simulation:
         entry = self._storages.get(storage._cdata)
         if entry is None:
             return
-        self.begin_op()
+        self.begin_op("storage_resize")
         if entry[0] is not None:
             self.allocator.free(entry[0])
             if self.recorder is not None:
@@ -460,16 +477,24 @@ class Simulation:
         self.allocator.set_memory_fraction(fraction)
 
     # -- calibration ----------------------------------------------------------------------
-    def calibrate_dispatch_overhead(self, repeats: int = 5, steps: int = 4) -> float:
+    def calibrate_dispatch_overhead(self, pairs: int = 15, steps: int = 4) -> float:
         """Measure what reaching the handler costs per entry on this machine, beyond what the
         same program costs in plain eager mode, and forget everything the measurement did.
 
         Runs a small training step (linear, layer norm, GELU, loss, backward, foreach AdamW)
-        on fake CUDA tensors and on real CPU tensors of the same tiny shapes, alternately so
-        both see the same machine state; the difference of their host times (minimum over
-        repeats, to shed noise), spread over the handler entries of the fake step (metadata
-        queries included), is the overhead per entry. A whole step, rather than one op, puts
-        autograd bookkeeping and tensor creation and destruction in the measurement.
+        on fake CUDA tensors and on real CPU tensors of the same tiny shapes, in alternating
+        pairs of blocks so both see the same machine state; the median of the pairs'
+        differences, spread over the handler entries of the fake step (metadata queries
+        included), is the overhead per entry. A whole step, rather than one op, puts autograd
+        bookkeeping and tensor creation and destruction in the measurement.
+
+        The two sides cost about the same (a few µs per entry apart), and the difference is
+        taken off every gap of the run, thousands per iteration: an error of 1 µs here moves
+        a host-bound step by several ms. The minimum of each side over 5 blocks (tried) put
+        the result anywhere between 0 and 4.5 µs from one run to the next on a flickering
+        machine; a median of paired differences does not depend on which block hit a fast
+        spell. It may come out negative (the fake path cheaper than CPU kernels), and is
+        used so: clipping at zero would bias every noisy estimate upwards.
         """
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -479,24 +504,33 @@ class Simulation:
             real_step()  # warm both
         fake_step()
         self._gap_scale = 1.0  # measure in this machine's raw ns
+        self.dispatch_overhead_ns = 0.0  # nothing taken off yet
+        self._steady = None  # every gap as measured (the steps are not the script's iterations)
         self._ops_until_speed_sample = 1 << 30  # and do not re-sample in the middle
         self._next_progress = float("inf")  # no progress lines about phantom's own steps
-        fake_ns, real_ns = [], []
-        for _ in range(repeats):
+        diffs = []
+        # The CPU side on one intra-op thread, as the reference step: on two shared cores,
+        # OpenMP's second thread made a 1 ms step take 3-120 ms (measured), which buried the
+        # overhead (it came out 0 from 4 runs in 5).
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        for _ in range(pairs):
             h0, l0, e0 = self.timeline.host_ns, self.launch_host_ns, self.dispatch_entries
             for _ in range(steps):
                 fake_step()
-            user_ns = (self.timeline.host_ns - h0) - (self.launch_host_ns - l0)
+            fake_ns = (self.timeline.host_ns - h0) - (self.launch_host_ns - l0)
             entries = self.dispatch_entries - e0
-            fake_ns.append(user_ns)
             with unset_fake_temporarily():
                 t0 = self._clock()
                 for _ in range(steps):
                     real_step()
-                real_ns.append(self._clock() - t0)
-        overhead_here_ns = max(0.0, min(fake_ns) - min(real_ns)) / entries
+                real_ns = self._clock() - t0
+            # at this machine's best speed, by a probe taken with the pair: one sample taken
+            # after the calibration scaled the whole run's overhead by that moment's speed
+            diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
+        torch.set_num_threads(threads)
         self._sample_host_speed()
-        self.dispatch_overhead_ns = overhead_here_ns * self._gap_scale
+        self.dispatch_overhead_ns = statistics.median(diffs) * self.host_speed
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
@@ -519,13 +553,16 @@ class Simulation:
         self._cublas_workspaces.clear()
         self.allocator.empty_cache()
         self.allocator.reset_peak_stats()
+        self._steady = self._new_steady_gaps()
         self._real_mark = self._clock()
 
     # -- iterations -----------------------------------------------------------------------
     def mark_iteration(self, optimizer: Any = None) -> None:
         if self.comm is not None and self.comm.unwaited:
             self.comm.wait_unwaited()
-        self.begin_op()
+        self.begin_op("iteration")
+        if self._steady is not None:
+            self._steady.new_iteration()
         tl = self.timeline
         self.iterations.append(Iteration(tl.host_ns, tl.gpu_idle_ns(), tl.gpu_busy_ns))
         if self.recorder is not None:

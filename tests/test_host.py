@@ -147,3 +147,63 @@ def test_garbage_collection_is_not_charged_as_host_time(run_script):
     real_ms, sim_ms = (float(part.split("=")[1]) for part in line.split()[1:])
     assert real_ms > 30, line  # the collections did cost real time here
     assert sim_ms < 0.05 * real_ms, line
+
+
+def test_steady_gaps_charge_the_mean_of_the_same_point_of_recent_iterations():
+    from phantom.engine.host import SteadyGaps
+
+    gaps = SteadyGaps()
+    assert gaps.typical("mm", 100.0) == 100.0  # first sighting: as measured
+    assert gaps.typical("mm", 50.0) == 50.0  # the second mm of the iteration: a new site
+    gaps.new_iteration()
+    assert gaps.typical("mm", 300.0) == 200.0  # a slow sighting is averaged with the last
+    assert gaps.typical("mm", 50.0) == 50.0
+    for _ in range(10):  # the window keeps the last WINDOW sightings only
+        gaps.new_iteration()
+        gaps.typical("mm", 10.0)
+    gaps.new_iteration()
+    assert gaps.typical("mm", 10.0) == 10.0
+    assert gaps.share() == pytest.approx(13 / 15)
+
+
+def test_steady_gaps_charge_new_work_at_a_site_as_measured():
+    from phantom.engine.host import SteadyGaps
+
+    gaps = SteadyGaps()
+    gaps.typical("add", 20_000.0)
+    gaps.new_iteration()
+    big = 20_000.0 + 2 * SteadyGaps.GUARD_NS  # a checkpoint before this op, say
+    assert gaps.typical("add", big) == big  # charged in full, not averaged away
+    gaps.new_iteration()
+    assert gaps.typical("add", 20_000.0) == 20_000.0  # and not remembered
+    gaps.new_iteration()
+    assert gaps.typical("add", 60_000.0) == pytest.approx(100_000 / 3)  # 3x: noise, averaged
+
+
+def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
+    # Host work added in one iteration only (a slow log line, a checkpoint) still costs that
+    # iteration its time: SteadyGaps averages noise, not new work.
+    text = """
+        import time
+        import torch
+        w = torch.randn(512, 512, device="cuda", requires_grad=True)
+        opt = torch.optim.SGD([w], lr=0.1)
+        for step in range(8):
+            t0 = time.perf_counter()
+            if step == 6:
+                deadline = time.monotonic() + 0.05  # 50 ms of real host work here
+                while time.monotonic() < deadline:
+                    pass
+            (w @ w).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            torch.cuda.synchronize()
+            print(f"step {step} {1e3 * (time.perf_counter() - t0):.3f}")
+    """
+    proc, report = run_script(text, "--host-speed", "1.0")
+    assert proc.returncode == 0, proc.stderr
+    ms = [float(ln.split()[2]) for ln in proc.stdout.splitlines() if ln.startswith("step")]
+    # 50 ms here, scaled by the speed probe (at most ~2x on the machines seen)
+    assert ms[6] > 25 and max(ms[2:6] + ms[7:]) < 15, ms
+    gaps = report["simulation"]["host_gaps"]
+    assert gaps["mode"] == "steady" and 0.5 < gaps["steady_share"] < 1

@@ -87,7 +87,7 @@ class RankComm:
         """Entering phantom's collective code: the host time until here was the user's;
         from here until `leave`, it is phantom's (not charged). Calls nest."""
         if self._depth == 0:
-            self.sim.begin_op()
+            self.sim.begin_op("collective")
         self._depth += 1
 
     def leave(self) -> None:

@@ -77,6 +77,11 @@ class HostSpeedNormalizer:
         self.factor = self.best_ns * len(recent) / sum(recent)
         return self.factor
 
+    def sample_now(self) -> float:
+        """Sample, and return this sample's factor alone (not the window's)."""
+        self.sample()
+        return self.best_ns / self._samples[-1]
+
     def variation(self) -> dict:
         """How far from its best speed this machine ran over the run's probe samples: the
         honest size of the uncertainty in measured host time (see bench/README.md)."""
@@ -116,6 +121,70 @@ class HostSpeedNormalizer:
             os.replace(tmp, self._cache)
         except OSError:
             pass  # a read-only cache only costs the memory across runs
+
+
+class SteadyGaps:
+    """Host gaps of a training loop's steady state: the mean of the same point of the last
+    few iterations.
+
+    A training loop runs the same host code every iteration, so the gap that ends in the n-th
+    call of op X within an iteration is the same work each time; what changes between
+    iterations is this machine: spells at half speed the speed probe misses, other processes
+    on the same cores (`--ranks all` runs many ranks on few cores), page faults. One gap
+    measured once carries all of that; the mean of its last WINDOW sightings (each already
+    scaled by the speed probe) has the same expectation and a fraction of the spread. A gap
+    far above that mean (GUARD_RATIO and GUARD_NS) is new work at the site (a log line, a
+    checkpoint): it is charged as measured and not remembered.
+
+    The mean, not the median or the fastest: the dispatch overhead taken off every gap is
+    measured over whole blocks of ops, jitter included, so the gaps must keep theirs. Gaps
+    are mostly that overhead, and the script's own time is what is left after taking it off:
+    per-site minimums (or medians) came out 20-30% (10-20%) under the means before the
+    subtraction, and host-bound steps 2x too fast after it (tried).
+
+    Sites are counted per iteration (`new_iteration`), so an op inserted in one iteration
+    shifts only the later calls of that same op. Without iterations (no optimizer step) every
+    site is new: gaps are charged as measured.
+    """
+
+    WINDOW = 5
+    GUARD_RATIO = 4.0  # the slow spells seen here and on the GPU hosts stay under 2.6x
+    GUARD_NS = 200_000.0  # shorter extras are noise or too small to matter
+    MAX_SITES = 1 << 20  # memory bound for runs that never mark an iteration
+
+    def __init__(self) -> None:
+        self._recent: dict[tuple, list[float]] = {}
+        self._count: dict[object, int] = {}
+        self.steady = 0  # gaps charged at their site's recent mean
+        self.measured = 0  # gaps charged as measured (first sighting, or new work)
+
+    def new_iteration(self) -> None:
+        self._count.clear()
+
+    def typical(self, site: object, gap: float) -> float:
+        """The gap to charge at `site`, given this sighting's `gap` (same units)."""
+        n = self._count.get(site, 0)
+        self._count[site] = n + 1
+        key = (site, n)
+        recent = self._recent.get(key)
+        if recent is None:
+            if len(self._recent) < self.MAX_SITES:
+                self._recent[key] = [gap]
+            self.measured += 1
+            return gap
+        mean = sum(recent) / len(recent)
+        if gap > mean * self.GUARD_RATIO and gap - mean > self.GUARD_NS:
+            self.measured += 1
+            return gap
+        recent.append(gap)
+        if len(recent) > self.WINDOW:
+            del recent[0]
+        self.steady += 1
+        return sum(recent) / len(recent)
+
+    def share(self) -> float | None:
+        total = self.steady + self.measured
+        return self.steady / total if total else None
 
 
 def training_step(device: str) -> Callable[[], None]:

@@ -128,7 +128,7 @@ class PhantomMode(FakeTensorMode):
             return self.dispatch(func, types, args, kwargs)
         if func in _METADATA_OPS:
             # Reaching here cost host time a real run does not spend: account for it.
-            sim.begin_op(dispatched=True)
+            sim.begin_op(func, dispatched=True)
             try:
                 return self.dispatch(func, types, args, kwargs)
             finally:
@@ -145,15 +145,15 @@ class PhantomMode(FakeTensorMode):
             # time at the subclass's global shapes (fused AdamW under FSDP2, whose step
             # counters are plain tensors next to DTensor parameters). Reaching this handler
             # is dispatch overhead a real run does not pay, as for any handler entry.
-            sim.begin_op(dispatched=True)
+            sim.begin_op(func, dispatched=True)
             sim.end_op()
             return NotImplemented
         if not _touches_cuda(args, kwargs):
-            sim.begin_op(dispatched=True)  # the real op's own run time stays the user's
+            sim.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
             if func in _PINNED_MEMORY_OPS:
                 return _PINNED_MEMORY_OPS[func](args)
             return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
-        sim.begin_op(dispatched=True)
+        sim.begin_op(func, dispatched=True)
         self._depth += 1
         try:
             read = self._maybe_data_read(func, args, kwargs)

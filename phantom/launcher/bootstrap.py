@@ -120,6 +120,7 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0")) if config.distributed else 0
     sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,
+                                host_gaps=config.host_gaps,
                                 quiet=config.quiet or rank != 0,
                                 # every torchrun-style rank, --nproc-per-node 1 included, takes
                                 # host time as process CPU time: a world of one is simulated as

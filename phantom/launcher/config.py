@@ -19,6 +19,7 @@ class RunConfig:
     on_data_read: str = "placeholder"
     nproc_per_node: int = 1
     host_speed: float | None = None  # None: measured (SimOptions.host_speed)
+    host_gaps: str = "steady"  # --host-gaps (SimOptions.host_gaps)
     # Distributed runs (torchrun semantics): set when --nnodes/--nproc-per-node are given.
     distributed: bool = False
     nnodes: int = 1

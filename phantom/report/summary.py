@@ -99,6 +99,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "host_step_ns_here": sim.host_step_ns_here,
             "host_step_ns_simulated": sim.gpu.host_step_ns,
             "host_speed_variation": sim.host_speed_variation(),
+            "host_gaps": sim.host_gaps(),
         },
     }
 
