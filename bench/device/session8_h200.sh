@@ -1,7 +1,6 @@
 # Session 8 on the lent H200: the drawn GEMM hold-out (bench/fallback_holdout.py --set random),
 # the host's speed over time (host_flicker.py) and its reference step, and the host-bound
 # benchmark's real steps, in one call. Usage on the device: bash bench/device/session8_h200.sh
-# Usage on the device: bash bench/device/session8_h200.sh
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 log=$OUT/log.txt
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv,noheader; python -c "import torch; print(torch.__version__)"; nproc; } > $log 2>&1
