@@ -122,11 +122,6 @@ def main() -> int:
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,
                                 host_gaps=config.host_gaps,
                                 quiet=config.quiet or rank != 0,
-                                # every torchrun-style rank, --nproc-per-node 1 included, takes
-                                # host time as process CPU time: a world of one is simulated as
-                                # each rank of a larger one is, unaffected by other load on this
-                                # machine (a plain `phantom run script.py` keeps the wall clock)
-                                cpu_time_host_clock=config.distributed,
                                 db_paths=config.db_paths, record_ops=config.record_path is not None,
                                 shipped_db=config.shipped_db))
     if config.distributed:
