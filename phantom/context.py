@@ -132,6 +132,7 @@ class Simulation:
         self.dispatch_overhead_ns = 0.0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
+        self.user_host_ns = 0.0  # host time charged for the script's own gaps
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         # This machine (at its best observed speed) against the simulated host: given, or
         # measured by _calibrate_host_speed.
@@ -160,7 +161,9 @@ class Simulation:
         self.host_step_ns_here = self._speed.record_step(reference_step_ns(rounds=5, clock=self._clock))
         if self.options.host_speed is not None:
             return self.options.host_speed
-        return self.gpu.host_step_ns / self.host_step_ns_here
+        # Gaps are converted to this machine's best speed; the node's reference step is its
+        # best too, and a real step runs at the node's typical speed.
+        return self.gpu.host_step_ns * self.gpu.host_mean_slowdown / self.host_step_ns_here
 
     def _new_steady_gaps(self) -> SteadyGaps | None:
         return SteadyGaps() if self.options.host_gaps == "steady" else None
@@ -182,7 +185,9 @@ class Simulation:
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
-        self.timeline.advance_host(max(0.0, gap))
+        gap = max(0.0, gap)
+        self.user_host_ns += gap
+        self.timeline.advance_host(gap)
         self._real_mark = now
 
     def end_op(self) -> None:
@@ -516,10 +521,12 @@ class Simulation:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         for _ in range(pairs):
-            h0, l0, e0 = self.timeline.host_ns, self.launch_host_ns, self.dispatch_entries
+            # the gaps alone: the step's simulated syncs (AdamW reads its step counts) and
+            # launches are not host time of this machine
+            u0, e0 = self.user_host_ns, self.dispatch_entries
             for _ in range(steps):
                 fake_step()
-            fake_ns = (self.timeline.host_ns - h0) - (self.launch_host_ns - l0)
+            fake_ns = self.user_host_ns - u0
             entries = self.dispatch_entries - e0
             with unset_fake_temporarily():
                 t0 = self._clock()

@@ -75,8 +75,9 @@ def test_report_says_how_fast_this_host_was_taken_to_be(run_script):
     assert proc.returncode == 0, proc.stderr
     sim = measured["simulation"]
     assert sim["host_speed_source"] == "measured"
-    assert sim["host_speed"] == pytest.approx(sim["host_step_ns_simulated"] / sim["host_step_ns_here"])
-    assert "as fast as the simulated node's host (measured)" in proc.stderr
+    assert sim["host_speed"] == pytest.approx(
+        sim["host_step_ns_simulated"] * sim["host_mean_slowdown_simulated"] / sim["host_step_ns_here"])
+    assert "as fast as the simulated node's host at its typical speed (measured)" in proc.stderr
     proc, given = run_script(text, "--host-speed", "2.5")
     assert proc.returncode == 0, proc.stderr
     assert given["simulation"]["host_speed"] == 2.5

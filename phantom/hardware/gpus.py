@@ -17,6 +17,13 @@ GIB = 1024**3
 # lent H200's host, a current Xeon server.
 H200_HOST_STEP_NS = 603_441.0
 H100_HOST_STEP_NS = 700_833.0
+# How far below that fastest speed the node's host runs on average: the mean slowdown of the
+# pure-Python probe of bench/host_flicker.py, run back to back for 10-15 s on the lent hosts
+# (median of the runs; bench/data/host_flicker/, bench/data/session8/). The H200 hosts (one
+# and two GPUs): 1.32, 1.55, 1.34, 1.32, 1.20, 1.24; the H100 host: 1.92, 1.45, 1.59. Real
+# steps run at the host's typical speed, not its best.
+H200_HOST_MEAN_SLOWDOWN = 1.32
+H100_HOST_MEAN_SLOWDOWN = 1.59
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,7 @@ class GPUSpec:
     l2_cache_bytes: int
     tdp_watts: int
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
+    host_mean_slowdown: float = H200_HOST_MEAN_SLOWDOWN  # its typical speed below that
 
     @property
     def memory_gib(self) -> float:
@@ -77,6 +85,7 @@ _PRESETS: dict[str, GPUSpec] = {
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=700,
         host_step_ns=H100_HOST_STEP_NS,
+        host_mean_slowdown=H100_HOST_MEAN_SLOWDOWN,
     ),
     "H200": GPUSpec(
         name="H200",

@@ -98,6 +98,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "host_speed_source": "measured" if sim.options.host_speed is None else "given",
             "host_step_ns_here": sim.host_step_ns_here,
             "host_step_ns_simulated": sim.gpu.host_step_ns,
+            "host_mean_slowdown_simulated": sim.gpu.host_mean_slowdown,
             "host_speed_variation": sim.host_speed_variation(),
             "host_gaps": sim.host_gaps(),
         },
@@ -162,7 +163,7 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
         f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
-        f"as the simulated node's host ({sim['host_speed_source']})",
+        f"as the simulated node's host at its typical speed ({sim['host_speed_source']})",
     ]
     caution = _host_caution(report)
     if caution:
