@@ -144,8 +144,8 @@ class SteadyGaps:
     The mean, not the median or the fastest: the dispatch overhead taken off every gap is
     measured over whole blocks of ops, jitter included, so the gaps must keep theirs. Gaps
     are mostly that overhead, and the script's own time is what is left after taking it off:
-    per-site minimums (or medians) came out 20-30% (10-20%) under the means before the
-    subtraction, and host-bound steps 2x too fast after it (tried).
+    per-site minimums (medians) came out 20-30% (10-20%) under the means before the
+    subtraction, and a host-bound step 1.3x (2x) faster than with means after it (tried).
 
     Sites are counted per iteration (`new_iteration`), so an op inserted in one iteration
     shifts only the later calls of that same op. Without iterations (no optimizer step) every
