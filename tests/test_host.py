@@ -181,6 +181,17 @@ def test_steady_gaps_charge_new_work_at_a_site_as_measured():
     assert gaps.typical("add", 60_000.0) == pytest.approx(100_000 / 3)  # 3x: noise, averaged
 
 
+def test_steady_gaps_forget_one_off_work_of_earlier_iterations():
+    from phantom.engine.host import SteadyGaps
+
+    gaps = SteadyGaps()
+    gaps.typical("mm", 500_000.0)  # lazy initialisation before the first mm
+    gaps.new_iteration()
+    assert gaps.typical("mm", 10_000.0) == 10_000.0  # not averaged with it
+    gaps.new_iteration()
+    assert gaps.typical("mm", 20_000.0) == 15_000.0
+
+
 def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
     # Host work added in one iteration only (a slow log line, a checkpoint) still costs that
     # iteration its time: SteadyGaps averages noise, not new work.

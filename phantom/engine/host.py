@@ -139,7 +139,8 @@ class SteadyGaps:
     measured once carries all of that; the mean of its last WINDOW sightings (each already
     scaled by the speed probe) has the same expectation and a fraction of the spread. A gap
     far above that mean (GUARD_RATIO and GUARD_NS) is new work at the site (a log line, a
-    checkpoint): it is charged as measured and not remembered.
+    checkpoint): it is charged as measured and not remembered; one far below it means the
+    earlier sightings held one-off work, and the site starts afresh.
 
     The mean, not the median or the fastest: the dispatch overhead taken off every gap is
     measured over whole blocks of ops, jitter included, so the gaps must keep theirs. Gaps
@@ -181,6 +182,11 @@ class SteadyGaps:
         if gap > mean * self.GUARD_RATIO and gap - mean > self.GUARD_NS:
             self.measured += 1
             return gap
+        if mean > gap * self.GUARD_RATIO and mean - gap > self.GUARD_NS:
+            # the earlier sightings held one-off work (lazy initialisation in the first
+            # iteration, a checkpoint): averaged in, it spread over the next iterations and
+            # made ZeRO-3's steps 5x slow (seen); start the site afresh
+            recent.clear()
         recent.append(gap)
         if len(recent) > self.WINDOW:
             del recent[0]
