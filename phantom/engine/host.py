@@ -63,7 +63,7 @@ class HostSpeedNormalizer:
         self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
         self.best_ns, self.best_step_ns = self._load_best()
         self.factor = 1.0
-        self._samples: list[int] = []  # every probe of the run: the speed, variation()
+        self._samples: list[float] = []  # every sample of the run: the speed, variation()
         _probe_ns(clock)  # warm the code path
         self.sample()
 
