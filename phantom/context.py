@@ -64,11 +64,6 @@ class SimOptions:
     # on the node's host: GPUSpec.host_step_ns).
     host_speed: float | None = None
     quiet: bool = False
-    # Measure the script's host time as process CPU time instead of wall time: gaps in wall
-    # time include the time the process waits for a core, whether other ranks or other work
-    # on this machine hold it (on a loaded 2-core machine a host-bound step came out 290 ms in
-    # wall time and 34 ms in CPU time; real: 21 ms). Blocking waits are not CPU time.
-    cpu_time_host_clock: bool = True
     # "steady": from an iteration's second sighting on, a host gap is charged at the mean
     # of the same point of the last few iterations (engine.host.SteadyGaps); "measured":
     # every gap as measured here (scaled by the speed probe).
@@ -124,7 +119,11 @@ class Simulation:
         self._streams = _StreamState()
         self._cublas_workspaces: dict[int, Any] = {}
         self._next_stream_id = 1
-        self._clock = time.process_time_ns if options.cpu_time_host_clock else REAL_NS
+        # Host time is this process's CPU time, not wall time: gaps in wall time include the
+        # time the process waits for a core, whether other ranks or other work on this machine
+        # hold it (on a loaded 2-core machine a host-bound step came out 290 ms in wall time
+        # and 34 ms in CPU time; real: 21 ms). Blocking waits are not CPU time.
+        self._clock = time.process_time_ns
         self._real_mark = self._clock()
         self.wall_start_ns = REAL_NS()
         self.first_op_wall_ns: int | None = None
