@@ -7,6 +7,7 @@ the report is built from. Interception calls into it; it calls nothing back.
 from __future__ import annotations
 
 import gc
+import os
 import statistics
 import sys
 import time
@@ -20,7 +21,8 @@ import torch
 from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Event, Timeline
-from phantom.engine.host import HostSpeedNormalizer, SteadyGaps, reference_step_ns, training_step
+from phantom.engine.host import (HostSpeedNormalizer, SteadyGaps, code_fingerprint, reference_step_ns,
+                                 training_step)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -213,8 +215,13 @@ class Simulation:
 
     def host_gaps(self) -> dict:
         """How the script's host gaps were charged (report: simulation.host_gaps)."""
-        share = self._steady.share() if self._steady is not None else None
-        return {"mode": self.options.host_gaps, "steady_share": share}
+        steady = self._steady
+        share = steady.share() if steady is not None else None
+        return {"mode": self.options.host_gaps, "steady_share": share,
+                "new_work": steady.new_work if steady is not None else None,
+                "new_work_ns": steady.new_work_ns if steady is not None else None,
+                "dispatch_overhead_ns": self.dispatch_overhead_ns,
+                "dispatch_entries": self.dispatch_entries, "user_host_ns": self.user_host_ns}
 
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
@@ -483,6 +490,21 @@ class Simulation:
 
     # -- calibration ----------------------------------------------------------------------
     def calibrate_dispatch_overhead(self, pairs: int = 15, steps: int = 4) -> float:
+        """What reaching the handler costs per entry, in simulated-host ns (taken off every
+        dispatched gap). In a distributed run the first rank to get here measures it, with
+        the host speed, and every other rank uses its numbers: ranks that do the same work
+        must not differ by a measurement's noise (an error of 1 us per entry is several ms a
+        step in a host-bound run)."""
+        client = self.comm.client if self.comm is not None else None
+        measure = lambda: self._measure_host_calibration(pairs, steps)  # noqa: E731
+        calibration = measure() if client is None else client.shared_calibration(measure)
+        self.host_speed = calibration["host_speed"]
+        self.host_step_ns_here = calibration["host_step_ns_here"]
+        self.dispatch_overhead_ns = calibration["dispatch_overhead_ns"]
+        self._gap_scale = self._speed.factor * self.host_speed
+        return self.dispatch_overhead_ns
+
+    def _measure_host_calibration(self, pairs: int, steps: int) -> dict:
         """Measure what reaching the handler costs per entry on this machine, beyond what the
         same program costs in plain eager mode, and forget everything the measurement did.
 
@@ -499,10 +521,15 @@ class Simulation:
         the result anywhere between 0 and 4.5 µs from one run to the next on a flickering
         machine; a median of paired differences does not depend on which block hit a fast
         spell. It may come out negative (the fake path cheaper than CPU kernels), and is
-        used so: clipping at zero would bias every noisy estimate upwards.
+        used so: clipping at zero would bias every noisy estimate upwards. What is charged is
+        the median of this measurement and the recent ones of the same code on this machine
+        (`HostSpeedNormalizer.settle_overhead`).
         """
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
+        # every gap as measured, none shared with other ranks: the steps are not the
+        # script's iterations
+        self._steady = None
         fake_step = training_step("cuda")
         with unset_fake_temporarily():
             real_step = training_step("cpu")
@@ -510,7 +537,6 @@ class Simulation:
         fake_step()
         self._gap_scale = 1.0  # measure in this machine's raw ns
         self.dispatch_overhead_ns = 0.0  # nothing taken off yet
-        self._steady = None  # every gap as measured (the steps are not the script's iterations)
         self._ops_until_speed_sample = 1 << 30  # and do not re-sample in the middle
         self._next_progress = float("inf")  # no progress lines about phantom's own steps
         diffs = []
@@ -537,11 +563,13 @@ class Simulation:
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
         torch.set_num_threads(threads)
         self._sample_host_speed()
-        self.dispatch_overhead_ns = statistics.median(diffs) * self.host_speed
+        per_entry = self._speed.settle_overhead(code_fingerprint(), statistics.median(diffs))
+        self.dispatch_overhead_ns = per_entry * self.host_speed
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
-        return self.dispatch_overhead_ns
+        return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
+                "dispatch_overhead_ns": self.dispatch_overhead_ns}
 
     def _forget_calibration_work(self) -> None:
         self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9
@@ -570,11 +598,27 @@ class Simulation:
         self.begin_op("iteration")
         if self._steady is not None:
             self._steady.new_iteration()
+            if self.comm is not None and self.comm.shares_host_gaps:
+                self._share_steady_gaps()
         tl = self.timeline
         self.iterations.append(Iteration(tl.host_ns, tl.gpu_idle_ns(), tl.gpu_busy_ns))
         if self.recorder is not None:
             self.recorder.on_iteration(optimizer, self.iterations[-1].gpu_done_ns)
         self.end_op()
+
+    def _share_steady_gaps(self) -> None:
+        """Charge the next iteration's steady gaps at what this rank's class leader measured
+        (SteadyGaps.use_shared). Transfers this rank deferred go out first: the leader may be
+        waiting for one of them."""
+        self.comm.flush()
+        answer = self.comm.client.share_gaps(len(self.iterations), self._steady.means())
+        if answer is None:
+            return
+        if answer["means"] is not None:
+            self._steady.use_shared(answer["means"])
+        cores = answer["cores"]
+        if cores is not None and set(cores) != os.sched_getaffinity(0):
+            os.sched_setaffinity(0, cores)
 
     def _report_progress(self) -> None:
         self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9

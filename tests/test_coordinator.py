@@ -166,3 +166,47 @@ def test_representative_ranks_resolve_replay_and_start_peers(tmp_path, monkeypat
     with pytest.raises(CoordinatorAborted, match="not like the rank that stood in for it"):
         c2.exchange([bad])
     coord.close()
+
+
+def test_ranks_of_a_class_charge_their_leaders_host_gaps(clients):
+    # With every rank a process, rank 1 (in rank 0's class: the world group makes one class)
+    # waits for rank 0's steady gaps of the same iteration and charges those.
+    coord, (c0, c1) = clients(2)
+    means0, means1 = {("mm", 0): 10.0}, {("mm", 0): 99.0}
+    r1, r0 = _in_threads(lambda: c1.share_gaps(3, means1),
+                         lambda: (time.sleep(0.2), c0.share_gaps(3, means0))[1])
+    assert r0["means"] is None  # the leader charges its own
+    assert r1["means"] == means0
+    assert c1.share_gaps(2, means1) is None  # an iteration the leader is past: its own
+
+
+def test_a_rank_waiting_for_gaps_never_deadlocks_its_leader(clients):
+    # Rank 0 waits in a collective for rank 1, which waits for rank 0's gaps: rank 1 is
+    # released to charge its own, and the collective completes.
+    coord, (c0, c1) = clients(2)
+
+    def rank1():
+        gaps = c1.share_gaps(0, {})
+        return gaps, c1.exchange([_req(1, ("g", 1))])
+
+    r0, r1 = _in_threads(lambda: c0.exchange([_req(0, ("g", 1))]), rank1)
+    assert r1[0] is None and r1[1][0].end_ns == r0[0].end_ns  # None: its own gaps
+    assert coord.fatal is None
+
+
+def test_the_first_rank_measures_the_calibration_for_all(clients):
+    coord, (c0, c1, c2) = clients(3)
+    measured = []
+
+    def measure(value):
+        def run():
+            measured.append(value)
+            time.sleep(0.2)
+            return {"dispatch_overhead_ns": value}
+        return run
+
+    out = _in_threads(lambda: c0.shared_calibration(measure(1.0)),
+                      lambda: (time.sleep(0.05), c1.shared_calibration(measure(2.0)))[1],
+                      lambda: (time.sleep(0.05), c2.shared_calibration(measure(3.0)))[1])
+    assert measured == [1.0]
+    assert out == [{"dispatch_overhead_ns": 1.0}] * 3

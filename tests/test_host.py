@@ -150,21 +150,23 @@ def test_garbage_collection_is_not_charged_as_host_time(run_script):
     assert sim_ms < 0.05 * real_ms, line
 
 
-def test_steady_gaps_charge_the_mean_of_the_same_point_of_recent_iterations():
+def test_steady_gaps_charge_the_mean_of_the_same_point_of_earlier_iterations():
     from phantom.engine.host import SteadyGaps
 
     gaps = SteadyGaps()
     assert gaps.typical("mm", 100.0) == 100.0  # first sighting: as measured
     assert gaps.typical("mm", 50.0) == 50.0  # the second mm of the iteration: a new site
     gaps.new_iteration()
-    assert gaps.typical("mm", 300.0) == 200.0  # a slow sighting is averaged with the last
+    assert gaps.typical("mm", 300.0) == 100.0  # a slow sighting: the earlier iterations' mean
     assert gaps.typical("mm", 50.0) == 50.0
+    gaps.new_iteration()
+    assert gaps.typical("mm", 0.0) == 200.0  # ... and it counts from the next iteration on
     for _ in range(10):  # the window keeps the last WINDOW sightings only
         gaps.new_iteration()
         gaps.typical("mm", 10.0)
     gaps.new_iteration()
     assert gaps.typical("mm", 10.0) == 10.0
-    assert gaps.share() == pytest.approx(13 / 15)
+    assert gaps.share() == pytest.approx(14 / 16)
 
 
 def test_steady_gaps_charge_new_work_at_a_site_as_measured():
@@ -178,7 +180,9 @@ def test_steady_gaps_charge_new_work_at_a_site_as_measured():
     gaps.new_iteration()
     assert gaps.typical("add", 20_000.0) == 20_000.0  # and not remembered
     gaps.new_iteration()
-    assert gaps.typical("add", 60_000.0) == pytest.approx(100_000 / 3)  # 3x: noise, averaged
+    assert gaps.typical("add", 60_000.0) == 20_000.0  # 3x: noise, averaged from here on
+    gaps.new_iteration()
+    assert gaps.typical("add", 0.0) == pytest.approx(100_000 / 3)
 
 
 def test_steady_gaps_forget_one_off_work_of_earlier_iterations():
@@ -189,7 +193,46 @@ def test_steady_gaps_forget_one_off_work_of_earlier_iterations():
     gaps.new_iteration()
     assert gaps.typical("mm", 10_000.0) == 10_000.0  # not averaged with it
     gaps.new_iteration()
+    assert gaps.typical("mm", 20_000.0) == 10_000.0
+    gaps.new_iteration()
     assert gaps.typical("mm", 20_000.0) == 15_000.0
+
+
+def test_steady_gaps_restart_a_site_far_above_twice_running():
+    # The calls counted before the first iteration mark include set-up: a site can start
+    # with a sighting that is not its usual work. Two sightings far above in a row restart it.
+    from phantom.engine.host import SteadyGaps
+
+    gaps = SteadyGaps()
+    gaps.typical("collective", 10_000.0)
+    big = 10_000.0 + 2 * SteadyGaps.GUARD_NS
+    for _ in range(2):
+        gaps.new_iteration()
+        assert gaps.typical("collective", big) == big
+    assert gaps.new_work == 1
+    gaps.new_iteration()
+    assert gaps.typical("collective", 0.9 * big) == big  # steady at the new level
+
+
+def test_steady_gaps_charge_another_ranks_means_when_shared():
+    # Ranks doing the same work charge what one of them measured: each site of the coming
+    # iteration, by name, from the other's means(); this rank's own sightings still tell new
+    # work apart, and count for its own means once it stops sharing.
+    from phantom.engine.host import SteadyGaps
+
+    leader, other = SteadyGaps(), SteadyGaps()
+    for gaps, measured in ((leader, 100.0), (other, 140.0)):
+        gaps.typical("aten.mm.default", measured)
+        gaps.typical("aten.mm.default", 2 * measured)
+        gaps.new_iteration()
+    assert leader.means() == {("aten.mm.default", 0): 100.0, ("aten.mm.default", 1): 200.0}
+    other.use_shared(leader.means())
+    assert other.typical("aten.mm.default", 150.0) == 100.0
+    big = 5 * SteadyGaps.GUARD_NS
+    assert other.typical("aten.mm.default", big) == big  # new work on this rank alone
+    assert other.typical("aten.add.Tensor", 7.0) == 7.0  # a site the leader has not seen
+    other.new_iteration()  # sharing lasts one iteration; the own windows kept counting
+    assert other.means()[("aten.mm.default", 0)] == pytest.approx(145.0)
 
 
 def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
@@ -203,8 +246,10 @@ def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
         for step in range(8):
             t0 = time.perf_counter()
             if step == 6:
-                deadline = time.monotonic() + 0.05  # 50 ms of real host work here
-                while time.monotonic() < deadline:
+                # 50 ms of real host work here, in CPU time (what phantom measures: a wall
+                # deadline gives less CPU time on a loaded machine)
+                deadline = time.process_time() + 0.05
+                while time.process_time() < deadline:
                     pass
             (w @ w).sum().backward()
             opt.step()
@@ -215,7 +260,8 @@ def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
     proc, report = run_script(text, "--host-speed", "1.0")
     assert proc.returncode == 0, proc.stderr
     ms = [float(ln.split()[2]) for ln in proc.stdout.splitlines() if ln.startswith("step")]
-    # 50 ms here, scaled by the speed probe (at most ~2x on the machines seen)
-    assert ms[6] > 25 and max(ms[2:6] + ms[7:]) < 15, ms
+    # 50 ms here, scaled by the speed probe (slow states of up to ~2.5x seen), against
+    # well under a millisecond for the other steps: charged in full, not averaged away
+    assert ms[6] > 15 and max(ms[2:6] + ms[7:]) < 5, ms
     gaps = report["simulation"]["host_gaps"]
     assert gaps["mode"] == "steady" and 0.5 < gaps["steady_share"] < 1

@@ -36,6 +36,31 @@ class CoordinatorClient:
             raise CoordinatorAborted(reply.message)
         return reply
 
+    def share_gaps(self, iteration: int, means: dict) -> dict | None:
+        """This rank ended `iteration` with these steady-gap means. Returns None, or
+        {"means": its class leader's to charge in the next iteration (None: its own, see
+        SteadyGaps.use_shared), "cores": the cores to run on (None: any)}."""
+        return self._ask(("gaps", iteration, means))
+
+    def shared_calibration(self, measure) -> float:
+        """The run's dispatch overhead per handler entry: `measure()` here if this rank is the
+        first to ask, else the value the first one measured."""
+        answer = self._ask(("calibration", None))
+        if answer != "measure":
+            return answer
+        value = measure()
+        with self._lock:
+            self._conn.send(("calibration", value))
+        return value
+
+    def _ask(self, message: tuple):
+        with self._lock:
+            self._conn.send(message)
+            reply = self._conn.recv()
+        if isinstance(reply, Abort):
+            raise CoordinatorAborted(reply.message)
+        return reply
+
     def report_groups(self, groups: list[list[int]]) -> None:
         """Process groups created (member ranks), for the coordinator's rank classes."""
         with self._lock:

@@ -81,6 +81,9 @@ class RankComm:
         self._deferred: list[tuple] = []
         self._depth = 0
         self.unwaited: set = set()  # works whose future went to C++ (DDP), not yet waited
+        # More than one rank of a class may run (--ranks all or a list): they charge their
+        # class leader's steady host gaps (Simulation._share_steady_gaps).
+        self.shares_host_gaps = False
 
     # -- phantom's own time ---------------------------------------------------------------
     def enter(self) -> None:

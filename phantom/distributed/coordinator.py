@@ -18,9 +18,18 @@ representative (see `ranks.py`), and the sibling groups of its family that nobod
 handed to the network with it, so their traffic is there too. A point-to-point transfer to
 a rank that is not running starts that rank (`spawn`); it then replays the collectives it
 missed from the stored results.
+
+Two exchanges keep ranks that do the same work from differing by this machine's noise (both
+answer at once when there is nobody to share with, and never make a rank wait on a rank that
+waits itself):
+* the dispatch-overhead calibration (`calibration`): the first rank to ask measures it, the
+  others use its value;
+* host gaps (`gaps`): at the end of each iteration, each rank gets the steady gaps its class's
+  leader (lowest running rank) will charge next, and charges the same (`SteadyGaps.use_shared`).
 """
 from __future__ import annotations
 
+import os
 import threading
 import traceback
 from dataclasses import dataclass, field
@@ -48,6 +57,8 @@ class _RankState:
     host_ns: float = 0.0
     finished: bool = False
     gone: bool = False
+    # Waiting outside a collective: ("gaps", leader, iteration) or ("calibration",).
+    side_wait: tuple | None = None
 
 
 class Coordinator:
@@ -63,6 +74,7 @@ class Coordinator:
         self._forget_before = forget_before
         self._spawn = spawn
         family = "AF_INET" if isinstance(address, tuple) else "AF_UNIX"
+        self._local = family == "AF_UNIX"  # every rank on this machine
         self._listener = Listener(address, family=family, authkey=authkey)
         # What ranks connect to: a socket path, or "tcp:HOST:PORT" (ranks on other hosts).
         self.address = (f"tcp:{address[0]}:{self._listener.address[1]}"
@@ -84,6 +96,9 @@ class Coordinator:
         # The first rank whose connection dropped before it finished: the others it left
         # waiting fail after it, and the launcher reports this one.
         self.first_exit: int | None = None
+        self._gap_means: dict[int, dict[int, dict]] = {}  # leader -> iteration -> its means
+        self._calibration: float | None = None
+        self._calibrating: int | None = None  # the rank measuring it
 
     # -- connections ----------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +135,7 @@ class Coordinator:
                 with self._lock:
                     state = self._ranks[rank]
                     state.gone = True
+                    self._release_gap_waiters(rank)
                     if not state.finished:
                         # The launcher reports the crash itself; the peers must not wait.
                         if self.first_exit is None:
@@ -142,10 +158,95 @@ class Coordinator:
         elif tag == "groups":
             with self._lock:
                 self.classes.add_groups(msg[1])
+        elif tag == "gaps":
+            with self._lock:
+                self._on_gaps(rank, msg[1], msg[2])
+        elif tag == "calibration":
+            with self._lock:
+                self._on_calibration(rank, msg[1])
         elif tag == "done":
             with self._lock:
                 self._ranks[rank].finished = True
+                self._release_gap_waiters(rank)
                 self._check_deadlock()
+
+    # -- shared host measurements -----------------------------------------------------------
+    def _on_gaps(self, rank: int, iteration: int, means: dict) -> None:
+        """`rank` ended `iteration` with these steady-gap means: a leader's are kept for its
+        class (it charges its own); any other rank gets its leader's. Both get the cores to
+        run on (`_cores`)."""
+        leader = self.classes.leader(rank)
+        if leader == rank:
+            kept = self._gap_means.setdefault(rank, {})
+            kept[iteration] = means
+            for old in [i for i in kept if i < iteration - 2]:
+                del kept[old]
+            self._send(rank, {"means": None, "cores": self._cores(rank)})
+            for r, s in self._ranks.items():
+                if s.side_wait == ("gaps", rank, iteration):
+                    s.side_wait = None
+                    self._send(r, {"means": means, "cores": self._cores(r)})
+            return
+        kept = self._gap_means.get(leader, {})
+        if iteration in kept:
+            self._send(rank, {"means": kept[iteration], "cores": self._cores(rank)})
+        elif self._ranks[leader].finished or self._ranks[leader].gone or \
+                any(i > iteration for i in kept):
+            self._send(rank, None)  # the leader will not end this iteration: own gaps
+        else:
+            self._ranks[rank].side_wait = ("gaps", leader, iteration)
+            self._check_deadlock()
+
+    def _cores(self, rank: int) -> list[int] | None:
+        """Where `rank` should run when more ranks run than this machine has cores: each class
+        leader on a core of its own, every other rank on the cores left. The leaders' host
+        time is what every rank charges; sharing a core with seven others, a leader's
+        process-time gaps came out ~10% longer than one process alone (caches and branch
+        predictors refilled after every switch). None: run anywhere (ranks on other hosts,
+        or too few cores to set any apart)."""
+        if not self._local:
+            return None
+        cores = sorted(os.sched_getaffinity(0))
+        leaders = sorted({self.classes.leader(r) for r in self.classes.running})
+        if len(self.classes.running) <= len(cores) or len(leaders) >= len(cores):
+            return None
+        if rank in leaders:
+            return [cores[leaders.index(rank)]]
+        return cores[len(leaders):]
+
+    def _release_gap_waiters(self, leader: int | None = None) -> None:
+        """Ranks waiting for gaps that will not come (`leader` finished, or a deadlock
+        otherwise) charge their own."""
+        for r, s in self._ranks.items():
+            wait = s.side_wait
+            if wait and wait[0] == "gaps" and leader in (None, wait[1]):
+                s.side_wait = None
+                self._send(r, None)
+
+    def _on_calibration(self, rank: int, value: float | None) -> None:
+        """The run's dispatch overhead: the first rank to ask measures it ("measure"), later
+        ones wait for its value (`value` is it, when the measuring rank posts it)."""
+        if value is not None:
+            self._calibration = value
+            self._calibrating = None
+            for r, s in self._ranks.items():
+                if s.side_wait == ("calibration",):
+                    s.side_wait = None
+                    self._send(r, value)
+            return
+        if self._calibration is not None:
+            self._send(rank, self._calibration)
+        elif self._calibrating is None or self._ranks[self._calibrating].gone:
+            self._calibrating = rank
+            self._send(rank, "measure")
+        else:
+            self._ranks[rank].side_wait = ("calibration",)
+
+    def _send(self, rank: int, obj) -> None:
+        try:
+            self._ranks[rank].conn.send(obj)
+        except (OSError, AttributeError):
+            pass  # the rank is gone; its exit is reported by the launcher
 
     # -- matching -------------------------------------------------------------------------
     def _on_requests(self, rank: int, requests: list[Request]) -> None:
@@ -258,6 +359,11 @@ class Coordinator:
             self._abort_waiting(f"rank {self.first_exit} exited")
             return
         live = {r: s for r, s in self._ranks.items() if not (s.finished or s.gone)}
+        if all(s.outstanding or s.side_wait for s in live.values()) and \
+                any(s.side_wait and s.side_wait[0] == "gaps" for s in live.values()):
+            # a rank waits for its leader's gaps while the leader waits for it: no sharing
+            # this iteration, never a hang
+            self._release_gap_waiters()
         waiting = {r: s for r, s in live.items() if s.outstanding}
         if not waiting:
             return
@@ -296,8 +402,9 @@ class Coordinator:
 
     def _abort_waiting(self, message: str) -> None:
         for s in self._ranks.values():
-            if s.outstanding and s.conn is not None:
+            if (s.outstanding or s.side_wait) and s.conn is not None:
                 s.outstanding = []
+                s.side_wait = None
                 try:
                     s.conn.send(Abort(message))
                 except OSError:

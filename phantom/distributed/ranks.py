@@ -88,6 +88,12 @@ class RankClasses:
         self._update()
         return self._rep.get(self._component[rank])
 
+    def leader(self, rank: int) -> int:
+        """The lowest running rank of `rank`'s class: the one whose host gaps its running
+        classmates charge (more than one runs with --ranks all or a list)."""
+        self._update()
+        return self._rep.get(self._component[rank], rank)
+
     def siblings(self, members: tuple[int, ...]) -> list[tuple[int, ...]]:
         """The other groups of `members`' family that run its collectives at the same time:
         those with no running rank, all of whose ranks copy a class present in `members`."""

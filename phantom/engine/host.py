@@ -14,6 +14,8 @@ import json
 import math
 import os
 import platform
+import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -49,6 +51,22 @@ def _probe_ns(clock=_CLOCK_NS, n: int = PROBE_N) -> int:
 
 # The cached best step (timed on one intra-op thread since this key; older ones are dropped).
 _STEP_KEY = "best_step_1thread_ns"
+# Dispatch-overhead measurements kept per code fingerprint; a run charges their median.
+OVERHEAD_HISTORY = 15
+_OVERHEAD_KEY = "dispatch_overhead_ns"
+
+
+def code_fingerprint() -> str:
+    """Python, torch and phantom's own code: what the dispatch overhead of this machine
+    depends on besides its speed (the cached measurements of another version do not count)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha1(f"{sys.version}|{torch.__version__}".encode())
+    for path in sorted(Path(__file__).resolve().parent.parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def _positive(value) -> bool:
@@ -61,7 +79,7 @@ class HostSpeedNormalizer:
     def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS) -> None:
         self._clock = clock  # the clock host time is measured with (wall or CPU time)
         self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
-        self.best_ns, self.best_step_ns = self._load_best()
+        self.best_ns, self.best_step_ns, self._overheads = self._load_best()
         self.factor = 1.0
         self._samples: list[float] = []  # every sample of the run: the speed, variation()
         _probe_ns(clock)  # warm the code path
@@ -105,15 +123,31 @@ class HostSpeedNormalizer:
             self._save_best()
         return self.best_step_ns
 
-    def _load_best(self) -> tuple[int | None, float | None]:
+    def settle_overhead(self, fingerprint: str, per_entry_ns: float) -> float:
+        """Fold a measurement of the dispatch overhead per handler entry (ns at this machine's
+        best speed) into the last OVERHEAD_HISTORY ones of the same code here, and return their
+        median. One measurement spreads by +-1.5 us from run to run (13-18 us seen), a few
+        ms a step in a host-bound run; the median of the recent ones is the same quantity
+        measured more times, and runs that compare two settings compare like with like."""
+        kept = [v for v in self._overheads.get(fingerprint, []) if isinstance(v, (int, float))
+                and math.isfinite(v)][-(OVERHEAD_HISTORY - 1):]
+        kept.append(per_entry_ns)
+        self._overheads = {fingerprint: kept}  # other versions' are stale
+        self._save_best()
+        return statistics.median(kept)
+
+    def _load_best(self) -> tuple[int | None, float | None, dict]:
         try:
             saved = json.loads(self._cache.read_text()) if self._cache else {}
         except (OSError, ValueError):
-            return None, None
+            return None, None, {}
         if not isinstance(saved, dict):
-            return None, None
+            return None, None, {}
         probe, step = saved.get("best_probe_ns"), saved.get(_STEP_KEY)
-        return (int(probe) if _positive(probe) else None, float(step) if _positive(step) else None)
+        overheads = saved.get(_OVERHEAD_KEY)
+        return (int(probe) if _positive(probe) else None, float(step) if _positive(step) else None,
+                {k: v for k, v in overheads.items() if isinstance(v, list)}
+                if isinstance(overheads, dict) else {})
 
     def _save_best(self) -> None:
         if self._cache is None:
@@ -122,7 +156,7 @@ class HostSpeedNormalizer:
             self._cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._cache.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N,
-                                       _STEP_KEY: self.best_step_ns}))
+                                       _STEP_KEY: self.best_step_ns, _OVERHEAD_KEY: self._overheads}))
             os.replace(tmp, self._cache)
         except OSError:
             pass  # a read-only cache only costs the memory across runs
@@ -139,8 +173,16 @@ class SteadyGaps:
     measured once carries all of that; the mean of its last WINDOW sightings (each already
     scaled by the speed probe) has the same expectation and a fraction of the spread. A gap
     far above that mean (GUARD_RATIO and GUARD_NS) is new work at the site (a log line, a
-    checkpoint): it is charged as measured and not remembered; one far below it means the
-    earlier sightings held one-off work, and the site starts afresh.
+    checkpoint): it is charged as measured and not remembered, unless the site's last sighting
+    was far above too; one far below it, or two far above it in a row, mean the earlier
+    sightings were not this site's usual work, and the site starts afresh.
+
+    The mean is over *earlier* iterations only: a sighting is folded in when its iteration
+    ends (`new_iteration`). So what an iteration charges at each steady site is fixed when it
+    begins (`means`), and ranks that do the same work can all charge what one of them
+    measured (`use_shared`): with every rank a process on a few shared cores, each rank's
+    own gaps carry its own share of the contention, and every collective waits for the
+    slowest of them (`--ranks all` came out up to 22% slower than one process per class).
 
     The mean, not the median or the fastest: the dispatch overhead taken off every gap is
     measured over whole blocks of ops, jitter included, so the gaps must keep theirs. Gaps
@@ -148,9 +190,9 @@ class SteadyGaps:
     per-site minimums (medians) came out 20-30% (10-20%) under the means before the
     subtraction, and a host-bound step 1.3x (2x) faster than with means after it (tried).
 
-    Sites are counted per iteration (`new_iteration`), so an op inserted in one iteration
-    shifts only the later calls of that same op. Without iterations (no optimizer step) every
-    site is new: gaps are charged as measured.
+    Sites are counted per iteration, so an op inserted in one iteration shifts only the
+    later calls of that same op. Without iterations (no optimizer step) every site is new:
+    gaps are charged as measured.
     """
 
     WINDOW = 5
@@ -159,39 +201,97 @@ class SteadyGaps:
     MAX_SITES = 1 << 20  # memory bound for runs that never mark an iteration
 
     def __init__(self) -> None:
-        self._recent: dict[tuple, list[float]] = {}
+        self._recent: dict[tuple, list[float]] = {}  # site key -> sightings of past iterations
+        self._staged: list[tuple[tuple, float | None]] = []  # this iteration's (key, gap or restart)
         self._count: dict[object, int] = {}
+        self._shared: dict[tuple, float] | None = None  # another rank's means, by site name
+        self._names: dict[object, str] = {}
+        self._above: set[tuple] = set()  # sites charged as new work this iteration
+        self._above_before: set[tuple] = set()  # ... and in the last one
         self.steady = 0  # gaps charged at their site's recent mean
         self.measured = 0  # gaps charged as measured (first sighting, or new work)
+        self.new_work = 0  # of those, sightings far above their site's mean
+        self.new_work_ns = 0.0  # and what they were charged
 
     def new_iteration(self) -> None:
+        """An iteration ended: fold its sightings into the windows."""
+        for key, gap in self._staged:
+            recent = self._recent.get(key)
+            if recent is None:
+                if len(self._recent) >= self.MAX_SITES:
+                    continue
+                recent = self._recent[key] = []
+            if gap is None:  # the site restarts (see typical)
+                recent.clear()
+                continue
+            recent.append(gap)
+            if len(recent) > self.WINDOW:
+                del recent[0]
+        self._staged.clear()
         self._count.clear()
+        self._shared = None
+        self._above_before, self._above = self._above, set()
+
+    def means(self) -> dict[tuple[str, int], float]:
+        """What the coming iteration charges at each steady site, by (site name, n): a form
+        another process running the same code can look its own sites up in."""
+        return {(self._name(site), n): sum(r) / len(r) for (site, n), r in self._recent.items() if r}
+
+    def use_shared(self, means: dict[tuple[str, int], float]) -> None:
+        """Charge this iteration's steady sites at `means` (another rank's `means()`) instead of
+        this process's own; this process's sightings still decide what is new work."""
+        self._shared = means
 
     def typical(self, site: object, gap: float) -> float:
         """The gap to charge at `site`, given this sighting's `gap` (same units)."""
         n = self._count.get(site, 0)
         self._count[site] = n + 1
         key = (site, n)
-        recent = self._recent.get(key)
-        if recent is None:
-            if len(self._recent) < self.MAX_SITES:
-                self._recent[key] = [gap]
+        mean = self._mean(key)
+        if mean is None:
+            self._stage(key, gap)
             self.measured += 1
             return gap
-        mean = sum(recent) / len(recent)
         if gap > mean * self.GUARD_RATIO and gap - mean > self.GUARD_NS:
             self.measured += 1
+            if key in self._above_before:
+                # far above twice running: not new work but a site whose earlier sightings
+                # were something else (the count before the first iteration mark includes
+                # set-up calls); kept, it charged every later sighting as measured
+                self._stage(key, None)
+                self._stage(key, gap)
+                return gap
+            self._above.add(key)
+            self.new_work += 1
+            self.new_work_ns += gap
             return gap
         if mean > gap * self.GUARD_RATIO and mean - gap > self.GUARD_NS:
             # the earlier sightings held one-off work (lazy initialisation in the first
             # iteration, a checkpoint): averaged in, it spread over the next iterations and
             # made ZeRO-3's steps 5x slow (seen); start the site afresh
-            recent.clear()
-        recent.append(gap)
-        if len(recent) > self.WINDOW:
-            del recent[0]
+            self._stage(key, None)
+            self._stage(key, gap)
+            self.measured += 1
+            return gap
+        self._stage(key, gap)
         self.steady += 1
-        return sum(recent) / len(recent)
+        return mean
+
+    def _stage(self, key: tuple, gap: float | None) -> None:
+        if len(self._staged) < self.MAX_SITES:  # a run that never ends an iteration
+            self._staged.append((key, gap))
+
+    def _mean(self, key: tuple) -> float | None:
+        if self._shared is not None:
+            return self._shared.get((self._name(key[0]), key[1]))
+        recent = self._recent.get(key)
+        return sum(recent) / len(recent) if recent else None
+
+    def _name(self, site: object) -> str:
+        name = self._names.get(site)
+        if name is None:
+            name = self._names[site] = str(site)
+        return name
 
     def share(self) -> float | None:
         total = self.steady + self.measured

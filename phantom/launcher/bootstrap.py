@@ -63,6 +63,8 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
     listed = config.ranks.split(",") if config.ranks not in ("auto", "all") else None
     all_run = config.ranks == "all" or (listed is not None and len(listed) == config.world_size)
     process_group.install(sim.comm, every_rank_runs=all_run, representatives=not all_run)
+    # With --ranks auto each class runs one rank: nobody to share host gaps with.
+    sim.comm.shares_host_gaps = client is not None and config.ranks != "auto"
 
 
 def _finish_distributed(sim, exit_code: int) -> int:
