@@ -198,6 +198,15 @@ class SteadyGaps:
     WINDOW = 5
     GUARD_RATIO = 4.0  # the slow spells seen here and on the GPU hosts stay under 2.6x
     GUARD_NS = 200_000.0  # shorter extras are noise or too small to matter
+    # ... for a rank charging its leader's gaps (use_shared). It runs on the cores left over by
+    # the leaders, several ranks to a core, where a gap now and then takes milliseconds more
+    # CPU time than its usual (cache refills after a switch, and the hypervisor's steal time,
+    # which a guest counts as its process's CPU time: 0.3-4.4 ms seen, tensor-parallel steps,
+    # 8 ranks on 2 cores). At 200 us every rank "found new work" a few times an iteration and
+    # each collective waited for the unluckiest. Work that every rank of the class does shows
+    # on the leader, whom the collectives wait for anyway; only work this rank alone does
+    # needs its own detection, and below this it cannot be told from this machine's noise.
+    SHARED_GUARD_NS = 20_000_000.0
     MAX_SITES = 1 << 20  # memory bound for runs that never mark an iteration
 
     def __init__(self) -> None:
@@ -239,7 +248,8 @@ class SteadyGaps:
 
     def use_shared(self, means: dict[tuple[str, int], float]) -> None:
         """Charge this iteration's steady sites at `means` (another rank's `means()`) instead of
-        this process's own; this process's sightings still decide what is new work."""
+        this process's own; this process's sightings, against its own earlier ones, still
+        decide what is new work (charged as the leader's mean plus the excess)."""
         self._shared = means
 
     def typical(self, site: object, gap: float) -> float:
@@ -247,12 +257,19 @@ class SteadyGaps:
         n = self._count.get(site, 0)
         self._count[site] = n + 1
         key = (site, n)
-        mean = self._mean(key)
+        own = self._own_mean(key)
+        mean = own if self._shared is None else self._shared.get((self._name(site), n))
         if mean is None:
             self._stage(key, gap)
             self.measured += 1
             return gap
-        if gap > mean * self.GUARD_RATIO and gap - mean > self.GUARD_NS:
+        # This process's sighting is judged against its own past ones; charged, a sighting
+        # out of line keeps its distance from them: `mean + (gap - ref)` is the sighting
+        # itself when the means are this process's own.
+        ref = mean if own is None else own
+        out_of_line = mean + (gap - ref)
+        guard_ns = self.GUARD_NS if self._shared is None else self.SHARED_GUARD_NS
+        if gap > ref * self.GUARD_RATIO and gap - ref > guard_ns:
             self.measured += 1
             if key in self._above_before:
                 # far above twice running: not new work but a site whose earlier sightings
@@ -260,19 +277,19 @@ class SteadyGaps:
                 # set-up calls); kept, it charged every later sighting as measured
                 self._stage(key, None)
                 self._stage(key, gap)
-                return gap
+                return out_of_line
             self._above.add(key)
             self.new_work += 1
-            self.new_work_ns += gap
-            return gap
-        if mean > gap * self.GUARD_RATIO and mean - gap > self.GUARD_NS:
+            self.new_work_ns += out_of_line
+            return out_of_line
+        if ref > gap * self.GUARD_RATIO and ref - gap > self.GUARD_NS:
             # the earlier sightings held one-off work (lazy initialisation in the first
             # iteration, a checkpoint): averaged in, it spread over the next iterations and
             # made ZeRO-3's steps 5x slow (seen); start the site afresh
             self._stage(key, None)
             self._stage(key, gap)
             self.measured += 1
-            return gap
+            return max(0.0, out_of_line)
         self._stage(key, gap)
         self.steady += 1
         return mean
@@ -281,9 +298,7 @@ class SteadyGaps:
         if len(self._staged) < self.MAX_SITES:  # a run that never ends an iteration
             self._staged.append((key, gap))
 
-    def _mean(self, key: tuple) -> float | None:
-        if self._shared is not None:
-            return self._shared.get((self._name(key[0]), key[1]))
+    def _own_mean(self, key: tuple) -> float | None:
         recent = self._recent.get(key)
         return sum(recent) / len(recent) if recent else None
 
