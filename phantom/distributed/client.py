@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from multiprocessing.connection import Client
 
 from phantom.distributed.wire import ENV_ADDRESS, ENV_AUTHKEY, Abort, Request, Result
@@ -29,12 +30,7 @@ class CoordinatorClient:
 
     def exchange(self, requests: list[Request]) -> list[Result]:
         """Send this rank's part of one or more collectives; block until all are resolved."""
-        with self._lock:
-            self._conn.send(("requests", requests))
-            reply = self._conn.recv()
-        if isinstance(reply, Abort):
-            raise CoordinatorAborted(reply.message)
-        return reply
+        return self._ask(("requests", requests))
 
     def share_gaps(self, iteration: int, means: dict) -> dict | None:
         """This rank ended `iteration` with these steady-gap means. Returns None, or
@@ -42,9 +38,9 @@ class CoordinatorClient:
         SteadyGaps.use_shared), "cores": the cores to run on (None: any)}."""
         return self._ask(("gaps", iteration, means))
 
-    def shared_calibration(self, measure) -> float:
-        """The run's dispatch overhead per handler entry: `measure()` here if this rank is the
-        first to ask, else the value the first one measured."""
+    def shared_calibration(self, measure: Callable[[], dict]) -> dict:
+        """The run's host calibration (dispatch overhead, host speed): `measure()` here if this
+        rank is the first to ask, else what the first one measured."""
         answer = self._ask(("calibration", None))
         if answer != "measure":
             return answer

@@ -97,7 +97,7 @@ class Coordinator:
         # waiting fail after it, and the launcher reports this one.
         self.first_exit: int | None = None
         self._gap_means: dict[int, dict[int, dict]] = {}  # leader -> iteration -> its means
-        self._calibration: float | None = None
+        self._calibration: dict | None = None  # the run's host calibration, once measured
         self._calibrating: int | None = None  # the rank measuring it
 
     # -- connections ----------------------------------------------------------------------
@@ -223,7 +223,7 @@ class Coordinator:
                 s.side_wait = None
                 self._send(r, None)
 
-    def _on_calibration(self, rank: int, value: float | None) -> None:
+    def _on_calibration(self, rank: int, value: dict | None) -> None:
         """The run's dispatch overhead: the first rank to ask measures it ("measure"), later
         ones wait for its value (`value` is it, when the measuring rank posts it)."""
         if value is not None:
@@ -343,10 +343,7 @@ class Coordinator:
         state = self._ranks[rank]
         state.outstanding = []
         state.results = {}
-        try:
-            state.conn.send(results)
-        except (OSError, AttributeError):
-            pass  # the rank is gone; its exit is reported by the launcher
+        self._send(rank, results)
 
     # -- failures -------------------------------------------------------------------------
     def _check_deadlock(self) -> None:
