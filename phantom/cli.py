@@ -30,6 +30,9 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="GPU preset (see `phantom gpus`); default: the cluster's GPU, else H100")
     p.add_argument("--vram-gib", type=float, default=None,
                    help="override the GPU's memory size in GiB (e.g. to test an OOM)")
+    p.add_argument("--power-limit", type=float, default=None, metavar="WATTS",
+                   help="the GPUs' power limit in W (default: the preset's, e.g. 700 for H100); "
+                        "modelled for Hopper GPUs, whose draw was measured")
     p.add_argument("--report", metavar="PATH", help="write the run report as JSON to PATH")
     p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
     p.add_argument("--on-data-read", choices=("placeholder", "error"), default="placeholder",
@@ -84,7 +87,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 
 # phantom run's options that take a value (the rest are flags)
-RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--report", "--on-data-read", "--nproc-per-node",
+RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--power-limit", "--report", "--on-data-read", "--nproc-per-node",
                           "--host-speed", "--host-gaps", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
                           "--ranks", "--executor", "--ray-address",
                           "--out", "--trace", "--trace-ranks", "--trace-iters"}
@@ -113,6 +116,19 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     return options, []
 
 
+def _check_power_limit(watts: float, gpu_name: str) -> None:
+    if not (math.isfinite(watts) and 100 <= watts <= 2000):
+        raise UsageError(f"--power-limit must be a power in W between 100 and 2000, got {watts:g}")
+    try:
+        gpu = get_gpu(gpu_name)
+    except UnknownGPUError:
+        return  # --gpu reports it
+    if gpu.power is None:
+        raise UsageError(f"--power-limit: the power draw of {gpu.name} was never measured, so its limit "
+                         f"is not modelled (modelled: "
+                         f"{', '.join(g.name for g in list_gpus() if g.power is not None)})")
+
+
 def parse_run_args(argv: list[str]) -> RunConfig:
     options, target = _split_target(argv)
     args = _run_parser().parse_args(options)
@@ -124,9 +140,12 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     if args.vram_gib is not None and not (0 < args.vram_gib <= 4096):
         raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), "
                          f"got {args.vram_gib:g}")
+    if args.power_limit is not None:
+        _check_power_limit(args.power_limit, args.gpu or "H100")
     if args.host_speed is not None and not (math.isfinite(args.host_speed) and args.host_speed > 0):
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
-    config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, report_path=args.report,
+    config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, power_limit_w=args.power_limit,
+                       report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
                        host_speed=args.host_speed, host_gaps=args.host_gaps, tee=args.tee, log_dir=args.log_dir,
                        db_paths=_check_dbs(args.db, args.gpu or "H100"),

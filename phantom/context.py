@@ -20,6 +20,7 @@ import torch
 
 from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
+from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
 from phantom.engine.host import (HostSpeedNormalizer, SteadyGaps, code_fingerprint, reference_step_ns,
                                  training_step)
@@ -107,7 +108,7 @@ class Simulation:
         self.options = options
         self.gpu = options.gpu
         self.device_count = options.device_count
-        self.timeline = Timeline(sm_count=self.gpu.sm_count)
+        self.timeline = Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
         self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops,
                                           use_shipped=options.shipped_db)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
@@ -325,7 +326,8 @@ class Simulation:
         host_ns = HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)
         self.launch_host_ns += host_ns
         h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns)
+        start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
+                                          flops=cost.flops, nbytes=cost.bytes)
         if self.recorder is not None:
             self.recorder.kernel(func, cost.op_class, cost.source, stream_id, start, end, h0,
                                  self.timeline.host_ns, args)
@@ -573,7 +575,7 @@ class Simulation:
 
     def _forget_calibration_work(self) -> None:
         self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9
-        self.timeline = Timeline(sm_count=self.gpu.sm_count)
+        self.timeline = Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
         self.iterations.clear()
         self.op_stats.clear()
         self.class_gpu_ns.clear()

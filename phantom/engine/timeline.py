@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from phantom.engine.power import PowerGovernor
+
 # Time from a host launch call until the GPU can start the kernel (driver + PCIe doorbell).
 # On H100 with CUDA 12 an empty kernel's launch-to-start latency is ~4-5 us when the queue is
 # idle; when the queue is busy this is hidden.
@@ -59,8 +61,9 @@ class Timeline:
     """
 
     def __init__(self, on_kernel: Callable[[KernelRecord], None] | None = None,
-                 sm_count: int = 132) -> None:
+                 sm_count: int = 132, governor: PowerGovernor | None = None) -> None:
         self.host_ns = 0.0
+        self.governor = governor  # the board's power limit (None: not modelled for this GPU)
         self.sm_count = sm_count
         # NCCL kernels in flight: (start, end, share of the SMs they occupy)
         self._comm: list[tuple[float, float, float]] = []
@@ -83,14 +86,20 @@ class Timeline:
 
     # -- kernels --------------------------------------------------------------------------
     def launch(self, stream_id: int, gpu_ns: float, host_ns: float, name: str = "",
-               op_class: str = "", source: str = "", uses_sms: bool = True) -> tuple[float, float]:
-        """Enqueue a kernel; the host pays `host_ns` of launch cost. Returns (start, end)."""
+               op_class: str = "", source: str = "", uses_sms: bool = True,
+               flops: float = 0.0, nbytes: float = 0.0) -> tuple[float, float]:
+        """Enqueue a kernel; the host pays `host_ns` of launch cost. Returns (start, end).
+
+        `gpu_ns` is the kernel's time at the cost model's clock; with a governor, `op_class`,
+        `flops` and `nbytes` tell it what the kernel draws, and the power limit may stretch it."""
         s = self.stream(stream_id)
         self._respect_queue_limit(s)
         self.host_ns += host_ns
         start = max(self.host_ns + LAUNCH_LATENCY_NS, s.ready_ns)
         if uses_sms:
             start = max(start, self.sm_free_ns)
+            if self.governor is not None:
+                gpu_ns = self.governor.kernel_ns(start, gpu_ns, op_class, flops, nbytes)
         end = self._stretch(start, gpu_ns) if uses_sms and self._comm else start + gpu_ns
         s.ready_ns = end
         if uses_sms:

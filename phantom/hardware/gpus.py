@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from phantom.hardware.power import HOPPER_SXM, PowerModel
+
 GIB = 1024**3
 
 # How fast the GPU node's host runs PyTorch's framework code: nanoseconds for the tiny CPU
@@ -41,7 +43,8 @@ class GPUSpec:
     compute_capability: tuple[int, int]
     nvlink_gbps: float  # NVLink bandwidth per GPU per direction, GB/s
     l2_cache_bytes: int
-    tdp_watts: int
+    tdp_watts: int  # the board's power limit, which the power model holds it to
+    power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
     host_mean_slowdown: float = H200_HOST_MEAN_SLOWDOWN  # its typical speed below that
 
@@ -62,6 +65,9 @@ class GPUSpec:
 
     def with_memory_gib(self, gib: float) -> "GPUSpec":
         return replace(self, memory_bytes=int(gib * GIB))
+
+    def with_power_limit(self, watts: float) -> "GPUSpec":
+        return replace(self, tdp_watts=int(round(watts)))
 
 
 # Total memory values are what the CUDA driver reports (cudaMemGetInfo total, which is what
@@ -84,6 +90,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=450.0,
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=700,
+        power=HOPPER_SXM,
         host_step_ns=H100_HOST_STEP_NS,
         host_mean_slowdown=H100_HOST_MEAN_SLOWDOWN,
     ),
@@ -102,6 +109,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=450.0,
         l2_cache_bytes=60 * 1024**2,
         tdp_watts=700,
+        power=HOPPER_SXM,
     ),
     "A100": GPUSpec(
         name="A100",
@@ -137,24 +145,27 @@ _PRESETS: dict[str, GPUSpec] = {
     ),
     # The H100 of Meta's Grand Teton hosts that torchtitan's published H100 numbers come from
     # (torchtitan benchmarks/llama3_h100_202412_torchtitan.md): 96 GB HBM2e at 2.4 TB/s, run
-    # at a 500 W power limit. That file says its peak is "between SXM and NVL" (989 and 835
-    # TFLOP/s dense bf16) and unknown; the midpoint, 912, is taken (an assumption, +-8%).
+    # at a 500 W power limit. That file puts its peak "between SXM and NVL" (989 and 835
+    # TFLOP/s dense bf16): what the board delivers under its limit. The preset takes the SXM
+    # die's peak and clocks and leaves the limit to the power model (measured on an H100 SXM;
+    # the HBM2e's energy per byte is taken as the HBM3's, an assumption).
     # Memory: 96 GiB less what the driver keeps on the 80 GB part (0.88 GB), an estimate.
     "H100-96GB": GPUSpec(
         name="H100-96GB",
         device_name="NVIDIA H100 96GB HBM2e",
         memory_bytes=102_197_362_688,
-        bf16_tflops=912.0,
-        fp16_tflops=912.0,
-        fp32_tflops=61.7,
-        tf32_tflops=456.0,
-        fp8_tflops=1824.0,
+        bf16_tflops=989.4,
+        fp16_tflops=989.4,
+        fp32_tflops=66.9,
+        tf32_tflops=494.7,
+        fp8_tflops=1978.9,
         hbm_gbps=2400.0,
         sm_count=132,
         compute_capability=(9, 0),
         nvlink_gbps=450.0,
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=500,
+        power=HOPPER_SXM,
     ),
 }
 

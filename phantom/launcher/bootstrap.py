@@ -119,6 +119,8 @@ def main() -> int:
     gpu = get_gpu(config.gpu)
     if config.vram_gib is not None:
         gpu = gpu.with_memory_gib(config.vram_gib)
+    if config.power_limit_w is not None:
+        gpu = gpu.with_power_limit(config.power_limit_w)
     rank = int(os.environ.get("RANK", "0")) if config.distributed else 0
     sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,

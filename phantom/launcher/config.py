@@ -11,6 +11,7 @@ ENV_VAR = "PHANTOM_RUN_CONFIG"
 class RunConfig:
     gpu: str = "H100"
     vram_gib: float | None = None
+    power_limit_w: float | None = None  # --power-limit (None: the preset's)
     script: str | None = None  # path of the script, or None with `module`
     module: str | None = None
     args: list[str] = field(default_factory=list)

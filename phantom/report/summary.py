@@ -83,6 +83,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
         "top_ops": [{"op": name, "calls": s.calls, "gpu_ms": s.gpu_ns / 1e6} for name, s in top],
         "cost_database": _cost_database(sim, total_gpu_ns),
         "distributed": _distributed(sim, config),
+        "power": _power(sim),
         **_recorded(sim),
         "simulation": {
             "ops_intercepted": sim.ops_intercepted,
@@ -103,6 +104,14 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "host_gaps": sim.host_gaps(),
         },
     }
+
+
+def _power(sim: "Simulation") -> dict[str, Any]:
+    """The power limit and what it cost the compute kernels (engine/power.py)."""
+    gov = sim.timeline.governor
+    return {"limit_w": sim.gpu.tdp_watts, "modelled": gov is not None,
+            "compute_clock_scale": gov.mean_scale() if gov else None,
+            "stretched_ms": gov.stretched_ns / 1e6 if gov else None}
 
 
 def _recorded_memory(sim: "Simulation") -> dict[str, Any]:
@@ -160,6 +169,7 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         "  top ops            " + ", ".join(
             f"{o['op']} {o['gpu_ms']:.1f} ms" for o in report["top_ops"][:5]),
         _db_line(report.get("cost_database")),
+        _power_line(report.get("power")),
         f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
         f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
@@ -186,6 +196,15 @@ def _host_caution(report: dict[str, Any]) -> str | None:
             f"{variation['max_slowdown']:.1f}x slower than its best in {100 * variation['slow_share']:.0f}% "
             "of speed samples: the simulated step rests on host time measured here and can move by "
             "tens of percent between runs (README, 'Host time policy')")
+
+
+def _power_line(power: dict[str, Any] | None) -> str:
+    if not power or not power["modelled"]:
+        limit = f"{power['limit_w']} W, " if power else ""
+        return f"  power limit        {limit}not modelled for this GPU (its draw was never measured)"
+    return (f"  power limit        {power['limit_w']} W: compute kernels ran at "
+            f"{power['compute_clock_scale']:.3f} of the kernel database's clock on average "
+            f"(+{power['stretched_ms']:.1f} ms in all)")
 
 
 def _db_line(db: dict[str, Any] | None) -> str:
