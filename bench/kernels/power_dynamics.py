@@ -111,7 +111,6 @@ def main() -> None:
     x = torch.randn(1 << 29, device="cuda", dtype=torch.bfloat16)  # 1 GiB
     y = torch.empty_like(x)
     copy = lambda: y.copy_(x)  # noqa: E731
-    sleep_cycles = None
 
     t0 = time.time()
     record("transient", t0, transient(gemm, 8.0))
