@@ -100,15 +100,15 @@ class Row:
         return a + ([self.entry] if self.entry else ["-m", "torchtitan.train"])
 
 
-# The H100 rows ran torchtitan 9dec370, whose RMSNorm was unfused Python (the script says more).
-DEC2024_NORM = str(Path(__file__).resolve().parent / "torchtitan_norm_dec2024.py")
+# The H100 rows ran torchtitan 9dec370, whose Llama launched other kernels (the script says which).
+DEC2024 = str(Path(__file__).resolve().parent / "torchtitan_dec2024.py")
 H100_SRC = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Dec 2024), Tables 1 and 3"
 A100_SRC = "torchtitan docs/performance.md (April 2024), 64x A100 80GB, FSDP"
 ROWS = [
     Row("8B-fsdp8-h100", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 5762, 82.4,
-        entry=DEC2024_NORM),
+        entry=DEC2024),
     Row("8B-fsdp128-h100", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 5605, 67.0,
-        entry=DEC2024_NORM),
+        entry=DEC2024),
     Row("llama2-13B-bs2-noac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "none", 2162, mfu=61.1),
     Row("llama2-13B-bs2-sac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "selective", 1904, mfu=53.8),
     Row("llama2-70B-bs1-sac-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 1, "selective", 355, mfu=50.8),
@@ -127,12 +127,14 @@ NOT_EXPRESSIBLE = ["Llama2 13B bs2 selective layer (1914)", "Llama3 8B bs1 selec
 
 @dataclass
 class RealConfig:
-    """A 2-GPU config run for real and simulated (same torchtitan command line)."""
+    """A config run for real and simulated (same torchtitan command line, same GPU count)."""
     name: str
     args: list[str]
     ac: str  # selective | full | none (a tyro subcommand: it goes last)
     steps: int = 12
     skip: int = 4  # steps left out of the median: compile/autotune of FlexAttention, warm-up
+    gpus: int = 2
+    dec2024: bool = False  # the December 2024 Llama model code (bench/torchtitan_dec2024.py)
 
     def torchtitan_args(self) -> list[str]:
         # CUDA graphs off on both sides: torchtitan 0.3.0 captures the step by default, which
@@ -151,6 +153,14 @@ REAL = [
     RealConfig("8B-tp2-bs1-full", ["--config", "llama3_8b", "--training.local_batch_size", "1",
                                    "--parallelism.tensor_parallel_degree", "2",
                                    "--parallelism.data_parallel_shard_degree", "1"], "full"),
+    # One GPU, the December 2024 model code of the published H100 rows on 5 of the 8B's 32
+    # blocks, for long enough (~60 s) that the board reaches its steady power and temperature
+    # (the published numbers are taken at step 90).
+    RealConfig("8B-5layers-1gpu-dec2024-sac", ["--config", "llama3_8b_5layers"], "selective",
+               steps=100, skip=20, gpus=1, dec2024=True),
+    RealConfig("8B-5layers-1gpu-dec2024-sac-bs1", ["--config", "llama3_8b_5layers",
+                                                    "--training.local_batch_size", "1"], "selective",
+               steps=100, skip=20, gpus=1, dec2024=True),
 ]
 
 
@@ -314,13 +324,34 @@ def cmd_wheels(args: argparse.Namespace) -> None:
     print(f"{len(list(dest.glob('*.whl')))} wheels, {size / 2**20:.1f} MiB in {dest}")
 
 
+# What the board did during a real run: power against its limit, SM clock, temperature, and why
+# the clock was held down (nvidia-smi's throttle-reason bit mask: 0x4 software power cap,
+# 0x20/0x40 thermal slowdown). Read-only queries; nothing is set.
+SMI_FIELDS = ("timestamp,power.draw,power.limit,clocks.sm,clocks.mem,temperature.gpu,"
+              "clocks_throttle_reasons.active,utilization.gpu")
+
+
+def start_smi_log(path: str, period_ms: int = 200) -> subprocess.Popen | None:
+    try:
+        return subprocess.Popen(["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,nounits",
+                                 "-lms", str(period_ms), "-f", path])
+    except FileNotFoundError:
+        print("nvidia-smi not found: no power/clock log", flush=True)
+        return None
+
+
 def cmd_real(args: argparse.Namespace) -> None:
     install_wheels()
     meta = environment()
     rows = []
     for cfg in selected(args.configs):
-        cmd = [*torchrun_cmd(2), ENTRY, "--dump_folder", args.dump, *cfg.torchtitan_args()]
+        smi = start_smi_log(f"{args.out}.{cfg.name}.smi.csv") if args.smi else None
+        patches = ["--patches", DEC2024] if cfg.dec2024 else []
+        cmd = [*torchrun_cmd(cfg.gpus), ENTRY, *patches, "--dump_folder", args.dump,
+               *cfg.torchtitan_args()]
         res = run(cmd, args.timeout, args.log)
+        if smi is not None:
+            smi.terminate()
         rows.append({"name": cfg.name, "command": " ".join(cmd), **asdict(res),
                      "summary": res.summary(cfg.skip)})
         write_json(args.out, {"meta": meta, "results": rows})
@@ -331,7 +362,8 @@ def cmd_sim(args: argparse.Namespace) -> None:
     real = {r["name"]: r for r in json.loads(Path(args.real).read_text())["results"]} if args.real else {}
     rows = []
     for cfg in selected(args.configs):
-        cmd = [*phantom, "run", "--nproc-per-node", "2", "--gpu", args.gpu, "-m", "torchtitan.train",
+        target = [DEC2024] if cfg.dec2024 else ["-m", "torchtitan.train"]
+        cmd = [*phantom, "run", "--nproc-per-node", str(cfg.gpus), "--gpu", args.gpu, *target,
                "--dump_folder", args.dump, *cfg.torchtitan_args()]
         res = run(cmd, args.timeout, args.log)
         rows.append({"name": cfg.name, "command": " ".join(cmd), **asdict(res),
@@ -349,7 +381,7 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 def write_sim(out: str, rows: list[dict], real: dict, gpu: str) -> None:
     write_json(out + ".json", {"gpu": gpu, "results": rows})
-    lines = [f"# TorchTitan on 2 x {gpu}: real vs phantom", "",
+    lines = [f"# TorchTitan on {gpu}: real vs phantom", "",
              "| config | real TPS | sim TPS | error | real mem GiB | sim mem GiB | error | sim wall |",
              "|---|---|---|---|---|---|---|---|"]
     errs = []
@@ -383,9 +415,10 @@ def cmd_list(args: argparse.Namespace) -> None:
     for r in ROWS:
         print(f"  {r.name:28} {r.gpus:4d} x {r.gpu:10} {'OOM' if r.tps is None else r.tps:>6}  "
               f"{' '.join(r.torchtitan_args())}")
-    print("2-GPU real/sim configs:")
+    print("real/sim configs:")
     for c in REAL:
-        print(f"  {c.name:28} {' '.join(c.torchtitan_args())}")
+        print(f"  {c.name:28} {c.gpus} GPU{'s' if c.gpus > 1 else ''}{' (Dec 2024 model)' if c.dec2024 else ''}"
+              f"  {' '.join(c.torchtitan_args())}")
 
 
 def main() -> None:
@@ -408,6 +441,9 @@ def main() -> None:
         q.add_argument("--timeout", type=float, default=1800)
         q.add_argument("--dump", default="/tmp/torchtitan_bench")
         q.add_argument("--log")
+        if name == "real":
+            q.add_argument("--smi", action="store_true",
+                           help="log nvidia-smi power, clocks and temperature to <out>.<config>.smi.csv")
         if name == "sim":
             q.add_argument("--gpu", default="H200")
             q.add_argument("--real", help="the real run's JSON, to compare with")

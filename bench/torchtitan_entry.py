@@ -1,6 +1,6 @@
 """The torchrun target of `bench/torchtitan.py real`: torchtitan 0.3.0's own trainer on real GPUs.
 
-    torchrun --standalone --nproc-per-node 2 bench/torchtitan_entry.py --module examples.torchtitan --config llama3_8b ...
+    torchrun --standalone --nproc-per-node 2 bench/torchtitan_entry.py [--patches FILE] --module examples.torchtitan --config llama3_8b ...
 
 What runs is `python -m torchtitan.train ARGS`, unchanged, after two things:
 1. phantom's torch-version patches for torchtitan 0.3.0 on torch 2.11-2.13
@@ -12,6 +12,8 @@ What runs is `python -m torchtitan.train ARGS`, unchanged, after two things:
    a reader with the same row order, contiguous per-rank shards and re-loop shuffle API) and
    TensorBoard (imported by torchtitan's metrics module, disabled in the presets). The real
    libraries are used when installed.
+`--patches FILE` (first) runs FILE before the trainer, as phantom runs it when FILE is the script
+(bench/torchtitan_dec2024.py: the December 2024 model code).
 """
 from __future__ import annotations
 
@@ -107,7 +109,11 @@ def main() -> None:
     standins = _install_standins()
     if standins:
         print(f"torchtitan_entry: stand-ins for {', '.join(standins)} (not installed)", flush=True)
-    sys.argv = ["torchtitan.train", *sys.argv[1:]]
+    args = sys.argv[1:]
+    if args[:1] == ["--patches"]:
+        runpy.run_path(args[1], run_name="torchtitan_patches")  # not "__main__": patches only
+        args = args[2:]
+    sys.argv = ["torchtitan.train", *args]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
 
 

@@ -135,6 +135,35 @@ def test_db_for_another_gpu_is_refused():
         DatabaseCostModel(H100, [_db_with("k", 1.0, gpu="H200")])
 
 
+def test_borrowed_rows_keep_compute_time_and_scale_memory_time():
+    """The 96 GB HBM2e H100 uses the H100 SXM's rows (same SMs and clocks), each scaled by
+    the model's ratio: a large GEMM keeps its measured time, a copy slows with the memory."""
+    small_hbm, h100 = get_gpu("H100-96GB"), H100
+    assert small_hbm.kernel_db_from == "H100" and small_hbm.hbm_gbps < h100.hbm_gbps
+    a, b, x = t(8192, 8192), t(8192, 8192), t(8192, 8192)
+    mm_key, add_key = op_key(aten.mm.default, (a, b), {}), op_key(aten.add.Tensor, (x, x), {})
+    db = _db_with(mm_key, 1_500_000.0)
+    db.add(add_key, Row(op="aten.add.Tensor", ns=120_000.0, repeats=15, date=db.header["date"]))
+    model = DatabaseCostModel(small_hbm, [db], borrowed_from=h100)
+    mm = model.estimate(aten.mm.default, (a, b), {}, aten.mm.default(a, b))
+    add = model.estimate(aten.add.Tensor, (x, x), {}, aten.add.Tensor(x, x))
+    assert mm.source == add.source == DB_SOURCE
+    assert mm.gpu_ns == pytest.approx(1_500_000.0, rel=0.02)
+    ratio = add.gpu_ns / 120_000.0
+    assert 1.2 < ratio < h100.hbm_gbps / small_hbm.hbm_gbps * 1.05, ratio
+    # A row measured on the simulated GPU itself (a user's --db) is used as it is.
+    own = _db_with(add_key, 99_000.0, gpu="H100-96GB")
+    model = DatabaseCostModel(small_hbm, [db, own], borrowed_from=h100)
+    assert model.estimate(aten.add.Tensor, (x, x), {}, aten.add.Tensor(x, x)).gpu_ns == 99_000.0
+
+
+def test_borrowing_preset_gets_the_shipped_rows_of_its_sibling():
+    model = make_cost_model(get_gpu("H100-96GB"))
+    assert isinstance(model, DatabaseCostModel) and model.borrowed_from.name == "H100"
+    assert model.db_paths and model.db_paths[0].endswith("H100.json")
+    assert type(make_cost_model(get_gpu("H100-96GB"), use_shipped=False)) is RooflineCostModel
+
+
 def test_no_database_means_plain_roofline(monkeypatch, tmp_path):
     import phantom.cost.dbmodel as dbmodel
 

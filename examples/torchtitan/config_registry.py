@@ -79,6 +79,14 @@ def llama3_8b() -> Trainer.Config:
     return config
 
 
+def llama3_8b_5layers() -> Trainer.Config:
+    """The first 5 of Llama 3.1 8B's 32 blocks (2.1B parameters), otherwise `llama3_8b`: the 8B's
+    kernels at a size one 80 GB GPU trains without sharding (bench/torchtitan.py single)."""
+    config = llama3_8b()
+    config.model_spec.model.layers = config.model_spec.model.layers[:5]
+    return config
+
+
 def llama3_70b() -> Trainer.Config:
     """Llama 3.1 70B, torchtitan's own config: FSDP x TP 8, local batch 8, seq 8192, full AC."""
     config = _ready(llama3_configs.llama3_70b(), steps=6)

@@ -7,6 +7,13 @@ normalised string key (`op_key`) and looks it up in the database; the answer is 
 Besides costs it keeps, per database key, calls and simulated GPU time, so the report can list
 the most expensive misses, and, when `record` is set (phantom profile), a call spec of every key
 for the timing process to rebuild.
+
+A GPU without a database of its own may borrow the one of a preset with the same die and clocks
+(`GPUSpec.kernel_db_from`, e.g. the 96 GB HBM2e H100 takes the H100 SXM's). A borrowed row is
+scaled by the fallback model's ratio for that signature, this GPU over the measured one: a
+compute-bound kernel keeps its measured time (same SMs, same clock), a memory-bound one slows
+by the memory systems' ratio, and what the measurement knows that the model does not (cuBLAS's
+kernel choice, launch overheads, tails) carries over.
 """
 from __future__ import annotations
 
@@ -19,7 +26,7 @@ from phantom.cost.base import KernelCost
 from phantom.cost.db import KernelDB, KernelDBError, load_db, shipped_db_path
 from phantom.cost.roofline import RooflineCostModel, classify
 from phantom.cost.signature import call_spec, op_key
-from phantom.hardware.gpus import GPUSpec
+from phantom.hardware.gpus import GPUSpec, get_gpu
 
 DB_SOURCE = "db"
 
@@ -28,16 +35,23 @@ class DatabaseCostModel:
     """CostModel: database rows first, `fallback` (a RooflineCostModel) for misses."""
 
     def __init__(self, gpu: GPUSpec, dbs: list[KernelDB], fallback: RooflineCostModel | None = None,
-                 record: bool = False) -> None:
+                 record: bool = False, borrowed_from: GPUSpec | None = None) -> None:
         self.gpu = gpu
         self.fallback = fallback or RooflineCostModel(gpu)
         self.fallback_source = type(self.fallback).__name__
+        # The measured GPU's own model, for the scale of borrowed rows (None: nothing borrowed).
+        self.borrowed_from = borrowed_from
+        self._measured_model = RooflineCostModel(borrowed_from) if borrowed_from else None
         self.rows: dict[str, float] = {}
+        self._borrowed_keys: set[str] = set()
         for db in dbs:  # later databases (a user's --db) override earlier ones (the shipped one)
-            if db.gpu != gpu.name:
+            borrowed = borrowed_from is not None and db.gpu == borrowed_from.name
+            if db.gpu != gpu.name and not borrowed:
                 raise KernelDBError(f"{db.path}: header.gpu is {db.gpu!r}, expected {gpu.name!r} "
                                     f"(the simulated GPU); a time measured on one GPU is wrong for another")
-            self.rows.update({k: r.ns for k, r in db.rows.items()})
+            for key, row in db.rows.items():
+                self.rows[key] = row.ns
+                (self._borrowed_keys.add if borrowed else self._borrowed_keys.discard)(key)
         self.db_paths = [db.path for db in dbs]
         # fast key -> [cost, db key, stats [calls, gpu_ns], hit]
         self._memo: dict[Any, list] = {}
@@ -78,6 +92,8 @@ class DatabaseCostModel:
             return [replace(cost, source=self.fallback_source), [0, 0.0, False, "transfer"]]
         key = op_key(func, args, kwargs)
         ns = self.rows.get(key)
+        if ns is not None and key in self._borrowed_keys:
+            ns *= self._borrowed_scale(func, args, kwargs, out, cost.gpu_ns)
         if ns is not None:
             cost = replace(cost, gpu_ns=ns, source=DB_SOURCE)
         else:
@@ -88,6 +104,11 @@ class DatabaseCostModel:
             if self.specs is not None:
                 self.specs[key] = call_spec(func, args, kwargs)
         return [cost, stats]
+
+    def _borrowed_scale(self, func: Any, args: tuple, kwargs: dict, out: Any, here_ns: float) -> float:
+        """This GPU's modelled time over the measured GPU's, for one signature."""
+        there = self._measured_model.estimate(func, args, kwargs, out)
+        return here_ns / there.gpu_ns if there is not None and there.gpu_ns > 0 else 1.0
 
     def reset_stats(self) -> None:
         """Forget per-signature statistics and recorded specs (Simulation's start-up
@@ -119,10 +140,16 @@ def make_cost_model(gpu: GPUSpec, db_paths: list[str] | None = None, record: boo
     """The cost model a Simulation uses: DatabaseCostModel when a database applies (the shipped
     one for this GPU, and/or --db files) or when recording; else the plain roofline."""
     dbs: list[KernelDB] = []
+    borrowed_from = None
     shipped = shipped_db_path(gpu.name)
+    if use_shipped and not shipped.exists() and gpu.kernel_db_from:
+        borrowed_from = get_gpu(gpu.kernel_db_from)
+        shipped = shipped_db_path(borrowed_from.name)
     if use_shipped and shipped.exists():
         dbs.append(load_db(shipped))
+    else:
+        borrowed_from = None
     dbs += [load_db(p) for p in (db_paths or [])]
     if not dbs and not record:
         return RooflineCostModel(gpu)
-    return DatabaseCostModel(gpu, dbs, record=record)
+    return DatabaseCostModel(gpu, dbs, record=record, borrowed_from=borrowed_from)

@@ -47,6 +47,10 @@ class GPUSpec:
     power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
     host_mean_slowdown: float = H200_HOST_MEAN_SLOWDOWN  # its typical speed below that
+    # A preset of the same die and clocks whose measured kernel database this GPU uses when it
+    # has none of its own, each row scaled by the fallback model's ratio of the two GPUs (the
+    # memory system differs, the SMs do not): phantom/cost/dbmodel.py.
+    kernel_db_from: str | None = None
 
     @property
     def memory_gib(self) -> float:
@@ -148,7 +152,8 @@ _PRESETS: dict[str, GPUSpec] = {
     # at a 500 W power limit. That file puts its peak "between SXM and NVL" (989 and 835
     # TFLOP/s dense bf16): what the board delivers under its limit. The preset takes the SXM
     # die's peak and clocks and leaves the limit to the power model (measured on an H100 SXM;
-    # the HBM2e's energy per byte is taken as the HBM3's, an assumption).
+    # the HBM2e's energy per byte is taken as the HBM3's, an assumption). Kernel times: the
+    # H100 SXM's measured database, scaled per kernel for the slower memory (kernel_db_from).
     # Memory: 96 GiB less what the driver keeps on the 80 GB part (0.88 GB), an estimate.
     "H100-96GB": GPUSpec(
         name="H100-96GB",
@@ -166,6 +171,7 @@ _PRESETS: dict[str, GPUSpec] = {
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=500,
         power=HOPPER_SXM,
+        kernel_db_from="H100",
     ),
 }
 

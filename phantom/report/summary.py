@@ -149,6 +149,7 @@ def _cost_database(sim: "Simulation", total_gpu_ns: float) -> dict[str, Any]:
         "paths": list(getattr(model, "db_paths", [])),
         "hit_share": db_ns / total_gpu_ns,
         "fallback_share": 1.0 - db_ns / total_gpu_ns if sim.source_gpu_ns else 0.0,
+        "borrowed_from": getattr(getattr(model, "borrowed_from", None), "name", None),
         "top_misses": model.top_misses(10) if hasattr(model, "top_misses") else [],
     }
 
@@ -211,6 +212,8 @@ def _db_line(db: dict[str, Any] | None) -> str:
     if not db or not db["paths"]:
         return "  kernel database    none for this GPU: every kernel time from the fallback model"
     names = ", ".join(p.rsplit("/", 1)[-1] for p in db["paths"])
+    if db.get("borrowed_from"):
+        names += f"; the {db['borrowed_from']}'s rows, scaled to this GPU's memory"
     return (f"  kernel database    {100 * db['hit_share']:.1f}% of GPU time from measured rows ({names}), "
             f"{100 * db['fallback_share']:.1f}% fallback")
 

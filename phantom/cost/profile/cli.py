@@ -32,8 +32,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="only record the script's signatures to PATH (works without a GPU); no timing")
     p.add_argument("--from-records", metavar="PATH", action="append", default=[],
                    help="time signatures recorded earlier (repeatable) instead of running a script")
-    p.add_argument("--nproc-per-node", type=int, default=1,
-                   help="record a distributed script with this many simulated ranks (as phantom run)")
+    p.add_argument("--nproc-per-node", type=int, default=None,
+                   help="record a distributed script with this many simulated ranks (as phantom run; "
+                        "1 gives one rank torchrun's environment, which torchtitan needs)")
     p.add_argument("--budget-s", type=float, default=600.0, help="stop starting new timings after this many seconds")
     p.add_argument("--retime", action="store_true", help="time signatures already in the database again")
     return p
@@ -72,13 +73,13 @@ def detect_gpu() -> str:
     raise SystemExit(f"phantom profile: GPU {name!r} matches no preset (phantom gpus); pass --gpu")
 
 
-def record(script: str, args: list[str], gpu: str, path: str, nproc: int = 1) -> int:
+def record(script: str, args: list[str], gpu: str, path: str, nproc: int | None = None) -> int:
     """Run the script under simulation (as `phantom run` would) and write its op signatures to
     `path` (rank N of a distributed run to `path.rankN`)."""
     from phantom.cli import parse_run_args
     from phantom.launcher import launch
 
-    run_argv = ["--gpu", gpu, "--quiet"] + (["--nproc-per-node", str(nproc)] if nproc > 1 else [])
+    run_argv = ["--gpu", gpu, "--quiet"] + (["--nproc-per-node", str(nproc)] if nproc else [])
     config = parse_run_args(run_argv + ["--", script, *args])
     config.record_path = os.path.abspath(path)
     return launch(config)
