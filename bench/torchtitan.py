@@ -77,6 +77,7 @@ class Row:
     note: str = ""
     extra: tuple[str, ...] = ()  # further torchtitan flags
     entry: str | None = None  # a script run instead of `-m torchtitan.train` (see its docstring)
+    entry_args: tuple[str, ...] = ()  # its own flags, before torchtitan's
 
     @property
     def gpus(self) -> int:
@@ -97,28 +98,35 @@ class Row:
             a += ["--cluster", self.cluster, "--nnodes", str(self.nodes)]
         if ranks_auto and self.gpus > 8:
             a += ["--ranks", "auto"]
-        return a + ([self.entry] if self.entry else ["-m", "torchtitan.train"])
+        return a + ([self.entry, *self.entry_args] if self.entry else ["-m", "torchtitan.train"])
 
 
-# The H100 rows ran torchtitan 9dec370, whose Llama launched other kernels (the script says which).
-DEC2024 = str(Path(__file__).resolve().parent / "torchtitan_dec2024.py")
+# The published rows ran torchtitan's 2024 Llama code, which launched other kernels than 0.3.0's
+# (the script says which); the April 13B and 8B tomls set the fused norm, the others the Python one.
+TT2024 = str(Path(__file__).resolve().parent / "torchtitan_2024.py")
+FUSED_NORM = ("--rmsnorm=fused",)
 H100_SRC = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Dec 2024), Tables 1 and 3"
 A100_SRC = "torchtitan docs/performance.md (April 2024), 64x A100 80GB, FSDP"
 ROWS = [
     Row("8B-fsdp8-h100", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 5762, 82.4,
-        entry=DEC2024),
+        entry=TT2024),
     Row("8B-fsdp128-h100", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 5605, 67.0,
-        entry=DEC2024),
-    Row("llama2-13B-bs2-noac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "none", 2162, mfu=61.1),
-    Row("llama2-13B-bs2-sac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "selective", 1904, mfu=53.8),
-    Row("llama2-70B-bs1-sac-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 1, "selective", 355, mfu=50.8),
-    Row("llama2-70B-bs2-full-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 2, "full", 353, mfu=50.5),
+        entry=TT2024),
+    Row("llama2-13B-bs2-noac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "none", 2162, mfu=61.1,
+        entry=TT2024, entry_args=FUSED_NORM),
+    Row("llama2-13B-bs2-sac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "selective", 1904, mfu=53.8,
+        entry=TT2024, entry_args=FUSED_NORM),
+    Row("llama2-70B-bs1-sac-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 1, "selective", 355, mfu=50.8,
+        entry=TT2024),
+    Row("llama2-70B-bs2-full-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 2, "full", 353, mfu=50.5,
+        entry=TT2024),
     Row("llama2-70B-bs2-sac-a100", A100_SRC, "llama2_70b", "A100", 8, "a100-ib", 2, "selective", None,
-        note="published: OOM"),
-    Row("llama3-8B-bs1-sac-a100", A100_SRC, "llama3_8b", "A100", 8, "a100-ib", 1, "selective", 2973, mfu=58.2),
+        note="published: OOM", entry=TT2024),
+    Row("llama3-8B-bs1-sac-a100", A100_SRC, "llama3_8b", "A100", 8, "a100-ib", 1, "selective", 2973, mfu=58.2,
+        entry=TT2024, entry_args=FUSED_NORM),
     Row("llama3-70B-bs1-full-a100", A100_SRC, "llama3_70b", "A100", 8, "a100-ib", 1, "full", 331, mfu=51.7,
         note="FSDP 64 only (the preset's TP 8 switched off)",
-        extra=("--parallelism.tensor_parallel_degree", "1")),
+        extra=("--parallelism.tensor_parallel_degree", "1"), entry=TT2024),
 ]
 # Published rows torchtitan 0.3.0 cannot express: "selective layer" AC (every second block fully
 # checkpointed) is gone from 0.3.0, which has op-level selective AC only.
@@ -134,7 +142,7 @@ class RealConfig:
     steps: int = 12
     skip: int = 4  # steps left out of the median: compile/autotune of FlexAttention, warm-up
     gpus: int = 2
-    dec2024: bool = False  # the December 2024 Llama model code (bench/torchtitan_dec2024.py)
+    model_2024: bool = False  # the 2024 Llama model code with the Python norm (bench/torchtitan_2024.py)
 
     def torchtitan_args(self) -> list[str]:
         # CUDA graphs off on both sides: torchtitan 0.3.0 captures the step by default, which
@@ -157,10 +165,14 @@ REAL = [
     # blocks, for long enough (~60 s) that the board reaches its steady power and temperature
     # (the published numbers are taken at step 90).
     RealConfig("8B-5layers-1gpu-dec2024-sac", ["--config", "llama3_8b_5layers"], "selective",
-               steps=100, skip=20, gpus=1, dec2024=True),
+               steps=100, skip=20, gpus=1, model_2024=True),
+    # The same blocks with torchtitan 0.3.0's own model code (compiled FlexAttention, fused
+    # norm and QKV): what `-m torchtitan.train` runs.
+    RealConfig("8B-5layers-1gpu-sac", ["--config", "llama3_8b_5layers"], "selective",
+               steps=100, skip=20, gpus=1),
     RealConfig("8B-5layers-1gpu-dec2024-sac-bs1", ["--config", "llama3_8b_5layers",
                                                     "--training.local_batch_size", "1"], "selective",
-               steps=100, skip=20, gpus=1, dec2024=True),
+               steps=100, skip=20, gpus=1, model_2024=True),
 ]
 
 
@@ -346,7 +358,7 @@ def cmd_real(args: argparse.Namespace) -> None:
     rows = []
     for cfg in selected(args.configs):
         smi = start_smi_log(f"{args.out}.{cfg.name}.smi.csv") if args.smi else None
-        patches = ["--patches", DEC2024] if cfg.dec2024 else []
+        patches = ["--patches", TT2024] if cfg.model_2024 else []
         cmd = [*torchrun_cmd(cfg.gpus), ENTRY, *patches, "--dump_folder", args.dump,
                *cfg.torchtitan_args()]
         res = run(cmd, args.timeout, args.log)
@@ -362,7 +374,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
     real = {r["name"]: r for r in json.loads(Path(args.real).read_text())["results"]} if args.real else {}
     rows = []
     for cfg in selected(args.configs):
-        target = [DEC2024] if cfg.dec2024 else ["-m", "torchtitan.train"]
+        target = [TT2024] if cfg.model_2024 else ["-m", "torchtitan.train"]
         cmd = [*phantom, "run", "--nproc-per-node", str(cfg.gpus), "--gpu", args.gpu, *target,
                "--dump_folder", args.dump, *cfg.torchtitan_args()]
         res = run(cmd, args.timeout, args.log)
@@ -417,7 +429,7 @@ def cmd_list(args: argparse.Namespace) -> None:
               f"{' '.join(r.torchtitan_args())}")
     print("real/sim configs:")
     for c in REAL:
-        print(f"  {c.name:28} {c.gpus} GPU{'s' if c.gpus > 1 else ''}{' (Dec 2024 model)' if c.dec2024 else ''}"
+        print(f"  {c.name:28} {c.gpus} GPU{'s' if c.gpus > 1 else ''}{' (2024 model code)' if c.model_2024 else ''}"
               f"  {' '.join(c.torchtitan_args())}")
 
 

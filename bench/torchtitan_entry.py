@@ -13,7 +13,7 @@ What runs is `python -m torchtitan.train ARGS`, unchanged, after two things:
    TensorBoard (imported by torchtitan's metrics module, disabled in the presets). The real
    libraries are used when installed.
 `--patches FILE` (first) runs FILE before the trainer, as phantom runs it when FILE is the script
-(bench/torchtitan_dec2024.py: the December 2024 model code).
+(bench/torchtitan_2024.py: the 2024 model code of the published rows).
 """
 from __future__ import annotations
 

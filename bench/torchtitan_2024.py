@@ -1,23 +1,28 @@
-"""torchtitan 0.3.0's trainer running the Llama model code of torchtitan's December 2024 H100 numbers.
+"""torchtitan 0.3.0's trainer running the Llama model code of torchtitan's 2024 published numbers.
 
-    phantom run --gpu H100-96GB --nproc-per-node 8 bench/torchtitan_dec2024.py <torchtitan flags>
-    torchrun --nproc-per-node 1 bench/torchtitan_dec2024.py <torchtitan flags>      # for real
+    phantom run --gpu H100-96GB --nproc-per-node 8 bench/torchtitan_2024.py [--rmsnorm=fused] <torchtitan flags>
+    torchrun --nproc-per-node 1 bench/torchtitan_entry.py --patches bench/torchtitan_2024.py <flags>  # for real
 
 Why: torchtitan's published H100 rows (benchmarks/llama3_h100_202412_torchtitan.md) name their
-versions, torchtitan 9dec370 (2024-12-26) and a torch nightly of 2024-12-23. Their model code
-(torchtitan/models/llama/model.py, torchtitan/models/norms.py, parallelisms/parallelize_llama.py
-at 9dec370) launches other kernels than 0.3.0's for the same model:
+versions, torchtitan 9dec370 (2024-12-26) and a torch nightly of 2024-12-23; its 64 x A100 rows
+(docs/performance.md) came with 395a526 and 1ea476e (April 2024). The model code of both
+(torchtitan/models/llama/model.py, torchtitan/models/norms.py, parallelisms/parallelize_llama.py)
+launches other kernels than 0.3.0's for the same model, the same way in April and December:
 
   * RMSNorm `norm_type = "rmsnorm"`: `self._norm(x.float()).type_as(x) * self.weight` with
     `_norm(x) = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)`, separate elementwise and
     reduction kernels; 0.3.0's `nn.RMSNorm` reaches torch's fused `_fused_rms_norm` (torch 2.8).
+    The Llama 3 8B toml of 9dec370 and the 70B tomls of April 2024 set it; the April 13B and 8B
+    tomls set `fused_rmsnorm`, a fused Triton kernel, for which `--rmsnorm=fused` (first flag)
+    keeps 0.3.0's fused norm.
   * Attention: three projections `self.wq(x), self.wk(x), self.wv(x)` (0.3.0 fuses them into one
     `wqkv` GEMM); `repeat_kv` expands the 8 KV heads to 32 (a copy of K and V, and a reduction
     in backward; 0.3.0 passes `enable_gqa`); `F.scaled_dot_product_attention(q, k, v,
     is_causal=True)`, FlashAttention-2 (0.3.0's Llama runs compiled FlexAttention with a
     document mask).
   * Selective op AC saves `_save_list` = {mm, flash and efficient attention, reduce_scatter,
-    abs, max}, every second mm recomputed; 0.3.0's list has no SDPA flash kernel (its Llama uses
+    abs, max} (April: the same without abs and max, which bf16 training never calls), every
+    second mm recomputed; 0.3.0's list has no SDPA flash kernel (its Llama uses
     FlexAttention), so SDPA's forward would be recomputed in backward.
   * FSDP units (`apply_fsdp`): one per block, the last not resharded after forward, and the
     root holding the embeddings, final norm and output together, so one 1 GB all-gather opens
@@ -26,11 +31,10 @@ at 9dec370) launches other kernels than 0.3.0's for the same model:
     reduce-scatter overlaps the backward).
 
 This entry point gives 0.3.0's Llama those four, and nothing else changes: it is
-`python -m torchtitan.train` with the same flags, under phantom or for real. The dataloader still
+`python -m torchtitan.train` with the same flags, under phantom or for real (run by
+`bench/torchtitan_entry.py --patches`, it installs them with the Python norm). The dataloader still
 emits per-document positions (0.3.0); with SDPA they feed RoPE only, as in 9dec370 each row is
-one causal sequence. (The April 2024 A100 rows set `norm_type = "fused_rmsnorm"` and ran
-FlexAttention-free SDPA too, but run through `-m torchtitan.train` unchanged: bench/README.md.)
-"""
+one causal sequence. """
 from __future__ import annotations
 
 import runpy
@@ -54,7 +58,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
 
 
-def _rmsnorm_dec2024(self, x: torch.Tensor) -> torch.Tensor:
+def _rmsnorm_2024(self, x: torch.Tensor) -> torch.Tensor:
     normed = x.float()
     normed = normed * torch.rsqrt(normed.pow(2).mean(-1, keepdim=True) + self.eps)
     return normed.type_as(x) * self.weight
@@ -68,13 +72,13 @@ def _repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
             .reshape(bs, slen, n_kv_heads * n_rep, head_dim))
 
 
-def _sdpa_dec2024(self, q, k, v, *, attention_masks=None, scale=None, enable_gqa=False,
-                  is_causal=True, **kwargs):
+def _sdpa_2024(self, q, k, v, *, attention_masks=None, scale=None, enable_gqa=False,
+               is_causal=True, **kwargs):
     """9dec370's Attention.forward from RoPE on: inputs and output are (B, L, heads, head_dim)."""
     n_rep = q.shape[2] // k.shape[2]
     keys, values = _repeat_kv(k, n_rep), _repeat_kv(v, n_rep)
-    # The torch of 2024-12 tried FlashAttention first (cuDNN's was moved last in 2.5.1); a
-    # current torch tries cuDNN's first on Hopper. Pin the kernel those rows ran.
+    # The torch of 2024 tried FlashAttention first (cuDNN's, when it came, was moved last in
+    # 2.5.1); a current torch tries cuDNN's first on Hopper. Pin the kernel those rows ran.
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         out = F.scaled_dot_product_attention(q.transpose(1, 2), keys.transpose(1, 2),
                                              values.transpose(1, 2), is_causal=True)
@@ -84,7 +88,7 @@ def _sdpa_dec2024(self, q, k, v, *, attention_masks=None, scale=None, enable_gqa
 _build_layers_0_3 = llama3._build_llama3_layers
 
 
-def _build_layers_dec2024(**kwargs):
+def _build_layers_2024(**kwargs):
     """Separate wq/wk/wv and SDPA for every Llama 3 block (the presets call this at config time)."""
     kwargs["fuse_qkv"] = False
     layers = _build_layers_0_3(**kwargs)
@@ -93,7 +97,7 @@ def _build_layers_dec2024(**kwargs):
     return layers
 
 
-_SAVE_LIST_DEC2024 = (
+_SAVE_LIST_2024 = (
     torch.ops.aten.mm.default,
     torch.ops.aten._scaled_dot_product_efficient_attention.default,
     torch.ops.aten._scaled_dot_product_flash_attention.default,
@@ -103,15 +107,15 @@ _SAVE_LIST_DEC2024 = (
 )
 
 
-def _save_ops_dec2024() -> dict:
-    return {op: CheckpointPolicy.MUST_SAVE for op in _SAVE_LIST_DEC2024}
+def _save_ops_2024() -> dict:
+    return {op: CheckpointPolicy.MUST_SAVE for op in _SAVE_LIST_2024}
 
 
 _apply_fsdp_0_3 = llama3_parallelize.apply_fsdp_to_decoder
 
 
-def _apply_fsdp_dec2024(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offload=False,
-                        **options):
+def _apply_fsdp_2024(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_offload=False,
+                     **options):
     """9dec370's apply_fsdp for the plain FSDP/HSDP it covered; 0.3.0's for anything else."""
     if cpu_offload or options.get("dp_mesh_dims") is not None or options.get("enable_symm_mem"):
         return _apply_fsdp_0_3(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled,
@@ -120,17 +124,29 @@ def _apply_fsdp_dec2024(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, c
               "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}
     n_layers = len(model.layers)
     for layer_id, block in model.layers.items():
-        fully_shard(block, **config, reshard_after_forward=not pp_enabled and int(layer_id) < n_layers - 1)
+        last = int(layer_id) == n_layers - 1  # prefetched for backward at once: kept
+        fully_shard(block, **config, reshard_after_forward=not pp_enabled and not last)
     fully_shard(model, **config, reshard_after_forward=not pp_enabled)
     # 0.3.0's loss is normalised by the global token count and expects undivided gradients.
     disable_fsdp_gradient_division(model)
 
 
-nn_modules.RMSNorm.forward = _rmsnorm_dec2024
-ScaledDotProductAttention.forward = _sdpa_dec2024
-llama3._build_llama3_layers = _build_layers_dec2024
-activation_checkpoint._get_default_save_ops = _save_ops_dec2024
-llama3_parallelize.apply_fsdp_to_decoder = _apply_fsdp_dec2024
+def install(rmsnorm: str = "python") -> None:
+    if rmsnorm not in ("python", "fused"):
+        raise SystemExit(f"torchtitan_2024.py: --rmsnorm={rmsnorm}: expected python or fused")
+    if rmsnorm == "python":
+        nn_modules.RMSNorm.forward = _rmsnorm_2024
+    ScaledDotProductAttention.forward = _sdpa_2024
+    llama3._build_llama3_layers = _build_layers_2024
+    activation_checkpoint._get_default_save_ops = _save_ops_2024
+    llama3_parallelize.apply_fsdp_to_decoder = _apply_fsdp_2024
+
 
 if __name__ == "__main__":
+    args = sys.argv[1:]
+    norm = args.pop(0).partition("=")[2] if args[:1] and args[0].startswith("--rmsnorm=") else "python"
+    install(norm)
+    sys.argv = [sys.argv[0], *args]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
+elif __name__ == "torchtitan_patches":  # bench/torchtitan_entry.py --patches
+    install()
