@@ -138,17 +138,17 @@ class DatabaseCostModel:
 def make_cost_model(gpu: GPUSpec, db_paths: list[str] | None = None, record: bool = False,
                     use_shipped: bool = True) -> Any:
     """The cost model a Simulation uses: DatabaseCostModel when a database applies (the shipped
-    one for this GPU, and/or --db files) or when recording; else the plain roofline."""
+    one for this GPU or the one it borrows, and/or --db files) or when recording; else the
+    plain roofline."""
     dbs: list[KernelDB] = []
     borrowed_from = None
-    shipped = shipped_db_path(gpu.name)
-    if use_shipped and not shipped.exists() and gpu.kernel_db_from:
-        borrowed_from = get_gpu(gpu.kernel_db_from)
-        shipped = shipped_db_path(borrowed_from.name)
-    if use_shipped and shipped.exists():
-        dbs.append(load_db(shipped))
-    else:
-        borrowed_from = None
+    if use_shipped:
+        measured = gpu
+        if not shipped_db_path(gpu.name).exists() and gpu.kernel_db_from:
+            measured = get_gpu(gpu.kernel_db_from)
+        if shipped_db_path(measured.name).exists():
+            dbs.append(load_db(shipped_db_path(measured.name)))
+            borrowed_from = measured if measured.name != gpu.name else None
     dbs += [load_db(p) for p in (db_paths or [])]
     if not dbs and not record:
         return RooflineCostModel(gpu)
