@@ -49,9 +49,11 @@ class DatabaseCostModel:
             if db.gpu != gpu.name and not borrowed:
                 raise KernelDBError(f"{db.path}: header.gpu is {db.gpu!r}, expected {gpu.name!r} "
                                     f"(the simulated GPU); a time measured on one GPU is wrong for another")
-            for key, row in db.rows.items():
-                self.rows[key] = row.ns
-                (self._borrowed_keys.add if borrowed else self._borrowed_keys.discard)(key)
+            self.rows.update({k: r.ns for k, r in db.rows.items()})
+            if borrowed:
+                self._borrowed_keys.update(db.rows)
+            else:  # a later database of this GPU's own replaces a borrowed row
+                self._borrowed_keys.difference_update(db.rows)
         self.db_paths = [db.path for db in dbs]
         # fast key -> [cost, db key, stats [calls, gpu_ns], hit]
         self._memo: dict[Any, list] = {}
