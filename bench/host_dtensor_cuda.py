@@ -13,7 +13,8 @@ difference per step and per kernel launched.
     python bench/host_dtensor_cuda.py --out bench/data/host_dtensor_cuda_h100.json   # on a GPU host
 
 Each workload's time is the median of `--rounds` timings of 4 steps (after 3 warm-up steps),
-synchronised at both ends on CUDA; kernels per step come from the CUDA profiler (one step).
+synchronised at both ends on CUDA; `kernels` counts one step's CUDA activities in the profiler
+(kernels and device copies).
 """
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def _kernels_per_step(step) -> int:
 
 
 def _top_host_ops(step, device: str, n: int = 25) -> str:
-    """The profiler's table of one step's host-side ops by self CPU time (where the time goes)."""
+    """The profiler's table of 4 steps' host-side ops by self CPU time (where the time goes)."""
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
