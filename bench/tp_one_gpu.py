@@ -1,0 +1,149 @@
+"""The training benchmark's configs on one GPU, as rank 0 of a fake 2-rank process group.
+
+The 2-GPU tensor-parallel rows of `distributed.py` come out 14-25% short in simulation, and the
+real steps are host-bound (the GPU idles 40-112 ms a step). Two explanations were left open:
+DTensor's host path at these model sizes costs more than phantom charges, or the real ranks
+lose time waiting for each other in NCCL kernels (host-bound ranks arrive at each collective at
+different times; simulated ranks run in lockstep). This separates them: `examples/dist_train.py`
+runs unchanged on one GPU as rank 0 of a fake process group of 2 (its collectives return at
+once), so the step is rank 0's own host path and GPU work, with no peer to wait for. It also
+runs each config with Python's cyclic garbage collector off (after start-up), which measures
+what the collector costs the real step: phantom charges none of it (`Simulation.on_gc`).
+
+    python bench/tp_one_gpu.py real --out bench/data/tp_one_gpu_h200.json     # on a GPU host
+    python bench/tp_one_gpu.py run [--gc off] -- --parallel tp --preset 1b ... # one run (used by `real`)
+
+Standard library only in `real`; `run` needs torch with CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from distributed import CONFIGS, HOST_BOUND, Config  # noqa: E402
+from single_gpu import parse_summary  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "examples" / "dist_train.py"
+NAMES = ("tp-1b-s2k", "tp-3b-s2k", "tp-350m-s128", "tp-3b-s128", "fsdp-350m-s128", "ddp-350m-s128")
+
+
+class GcClock:
+    """gc.callbacks hook: how many collections ran and how long they took (wall time)."""
+
+    def __init__(self) -> None:
+        self.count, self.ns, self._t0 = 0, 0, 0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter_ns()
+        else:
+            self.count += 1
+            self.ns += time.perf_counter_ns() - self._t0
+
+
+def _start_profiler(path: str):
+    """Host and GPU ops of optimizer steps 6-7 (counted by an optimizer-step hook), written
+    to `path` as torch.profiler's table when the script ends."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                   schedule=schedule(wait=5, warmup=1, active=2, repeat=1))
+    prof.start()
+    register_optimizer_step_post_hook(lambda *_: prof.step())
+    return prof
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    dist.init_process_group = lambda *a, **k: dist.distributed_c10d.init_process_group(
+        "fake", store=FakeStore(), rank=0, world_size=2)
+    clock = GcClock()
+    gc.callbacks.append(clock)
+    if args.gc == "off":
+        gc.disable()  # before the model exists: its objects are never walked either
+    sys.argv = [str(SCRIPT), *args.script_args]
+    prof = _start_profiler(args.profile) if args.profile else None
+    try:
+        runpy.run_path(str(SCRIPT), run_name="__main__")
+    finally:
+        if prof is not None:
+            prof.stop()
+            Path(args.profile).write_text(prof.key_averages().table(
+                sort_by="cpu_time_total", row_limit=60, max_name_column_width=70))
+        print(f"gc: collections={clock.count} ms={clock.ns / 1e6:.1f} tracked_objects={len(gc.get_objects())}",
+              flush=True)
+
+
+def run_config(cfg: Config, gc_mode: str, steps: int, warmup: int, timeout: float) -> dict:
+    cmd = [sys.executable, __file__, "run", "--gc", gc_mode, "--", *cfg.args(steps, warmup)]
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    out = p.stdout + p.stderr
+    row = {"config": cfg.name, "gc": gc_mode, "rc": p.returncode, "wall_s": round(time.time() - t0, 1)}
+    try:
+        row.update(parse_summary(out))
+    except ValueError:
+        row["error"] = out[-3000:]
+    gc_line = next((ln for ln in out.splitlines() if ln.startswith("gc: ")), "")
+    row.update({k: float(v) for k, v in (kv.split("=") for kv in gc_line[4:].split())})
+    if p.returncode != 0:
+        row.setdefault("error", out[-3000:])
+    return row
+
+
+def cmd_real(args: argparse.Namespace) -> None:
+    import torch
+
+    configs = [c for c in CONFIGS + HOST_BOUND if c.name in (args.configs.split(",") if args.configs else NAMES)]
+    rows = []
+    for cfg in configs:
+        for gc_mode in ("on", "off"):
+            row = run_config(cfg, gc_mode, args.steps, args.warmup, args.timeout)
+            rows.append(row)
+            print(json.dumps({k: v for k, v in row.items() if k != "error"}), flush=True)
+            if "error" in row:
+                print(row["error"], flush=True)
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "python": platform.python_version(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "node": platform.node(),
+            "driver": subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                     capture_output=True, text=True).stdout.strip()}
+    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="one run of dist_train.py as rank 0 of a fake 2-rank group")
+    run.add_argument("--gc", choices=("on", "off"), default="on")
+    run.add_argument("--profile", help="write a torch.profiler table of two steps to this file")
+    run.add_argument("script_args", nargs=argparse.REMAINDER)
+    real = sub.add_parser("real", help="every config, with the collector on and off")
+    real.add_argument("--out", required=True)
+    real.add_argument("--configs", help=f"comma-separated (default: {','.join(NAMES)})")
+    real.add_argument("--steps", type=int, default=12)
+    real.add_argument("--warmup", type=int, default=4)
+    real.add_argument("--timeout", type=float, default=240)
+    args = parser.parse_args()
+    if args.cmd == "run":
+        args.script_args = [a for a in args.script_args if a != "--"]
+        cmd_run(args)
+    else:
+        cmd_real(args)
+
+
+if __name__ == "__main__":
+    main()
