@@ -108,7 +108,7 @@ class Simulation:
         self.options = options
         self.gpu = options.gpu
         self.device_count = options.device_count
-        self.timeline = Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
+        self.timeline = self._new_timeline()
         self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops,
                                           use_shipped=options.shipped_db)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
@@ -166,6 +166,9 @@ class Simulation:
         # Gaps are converted to this machine's best speed; the node's reference step is its
         # best too, and a real step runs at the node's typical speed.
         return self.gpu.host_step_ns * self.gpu.host_mean_slowdown / self.host_step_ns_here
+
+    def _new_timeline(self) -> Timeline:
+        return Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
 
     def _new_steady_gaps(self) -> SteadyGaps | None:
         return SteadyGaps() if self.options.host_gaps == "steady" else None
@@ -575,7 +578,7 @@ class Simulation:
 
     def _forget_calibration_work(self) -> None:
         self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9
-        self.timeline = Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
+        self.timeline = self._new_timeline()
         self.iterations.clear()
         self.op_stats.clear()
         self.class_gpu_ns.clear()
