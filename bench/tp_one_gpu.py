@@ -64,6 +64,25 @@ def _start_profiler(path: str):
     return prof
 
 
+def _shadow_with_nccl() -> None:
+    """Also send every functional all-reduce (DTensor's) through a real ProcessGroupNCCL of one
+    rank: torch's and NCCL's host path of a collective (events, the flight recorder, the
+    watchdog's work queue, the enqueue), with no peer to wait for. The one-rank group reduces a
+    scratch copy, so the script's tensors and autograd are untouched."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    pg = dist.ProcessGroupNCCL(dist.HashStore(), 0, 1)
+    plain = funcol.all_reduce
+
+    def all_reduce(tensor, reduceOp, group, tag=""):
+        pg.allreduce([torch.empty_like(tensor)]).wait()  # wait: the stream waits, as wait_tensor does
+        return plain(tensor, reduceOp, group, tag)
+
+    funcol.all_reduce = all_reduce
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -71,6 +90,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
     dist.init_process_group = lambda *a, **k: dist.distributed_c10d.init_process_group(
         "fake", store=FakeStore(), rank=0, world_size=2)
+    if args.shadow_nccl:
+        _shadow_with_nccl()
     clock = GcClock()
     gc.callbacks.append(clock)
     if args.gc == "off":
@@ -130,6 +151,8 @@ def main() -> None:
     run = sub.add_parser("run", help="one run of dist_train.py as rank 0 of a fake 2-rank group")
     run.add_argument("--gc", choices=("on", "off"), default="on")
     run.add_argument("--profile", help="write a torch.profiler table of two steps to this file")
+    run.add_argument("--shadow-nccl", action="store_true",
+                     help="also issue each functional all-reduce on a real one-rank NCCL group")
     run.add_argument("script_args", nargs=argparse.REMAINDER)
     real = sub.add_parser("real", help="every config, with the collector on and off")
     real.add_argument("--out", required=True)
