@@ -12,6 +12,8 @@ what the collector costs the real step: phantom charges none of it (`Simulation.
 
     python bench/tp_one_gpu.py real --out bench/data/tp_one_gpu_h200.json     # on a GPU host
     python bench/tp_one_gpu.py run [--gc off] -- --parallel tp --preset 1b ... # one run (used by `real`)
+    torchrun --nproc-per-node 2 bench/tp_one_gpu.py run --real-group --time-collectives -- ...
+                                              # the same instrumentation with a real NCCL peer
 
 Standard library only in `real`; `run` needs torch with CUDA.
 """
@@ -83,15 +85,56 @@ def _shadow_with_nccl() -> None:
     funcol.all_reduce = all_reduce
 
 
+class CollectiveClock:
+    """Host time of each functional all-reduce call (DTensor's): wall time and the calling
+    thread's CPU time, so time spent blocked (wall above CPU) shows apart from work. For real
+    runs: under phantom `perf_counter` is the simulated clock and `thread_time` is not."""
+
+    def __init__(self) -> None:
+        self.wall_ns: list[int] = []
+        self.cpu_ns: list[int] = []
+
+    def install(self) -> None:
+        import torch.distributed._functional_collectives as funcol
+
+        inner = funcol.all_reduce
+
+        def all_reduce(tensor, reduceOp, group, tag=""):
+            w0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+            out = inner(tensor, reduceOp, group, tag)
+            self.cpu_ns.append(time.thread_time_ns() - c0)
+            self.wall_ns.append(time.perf_counter_ns() - w0)
+            return out
+
+        funcol.all_reduce = all_reduce
+
+    def summary(self, skip: int) -> str:
+        """Percentiles in µs over the calls after the first `skip` (start-up and warm-up)."""
+        def pct(xs: list[int], q: float) -> float:
+            return sorted(xs)[min(len(xs) - 1, int(q * len(xs)))] / 1e3 if xs else float("nan")
+
+        wall, cpu = self.wall_ns[skip:], self.cpu_ns[skip:]
+        parts = [f"calls={len(wall)}"] + [f"{name}_p{int(q * 100)}={pct(xs, q):.1f}"
+                                          for name, xs in (("wall", wall), ("cpu", cpu)) for q in (0.1, 0.5, 0.9, 0.99)]
+        if wall:
+            parts.append(f"wall_mean={sum(wall) / len(wall) / 1e3:.1f} cpu_mean={sum(cpu) / len(cpu) / 1e3:.1f}")
+        return " ".join(parts)
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    dist.init_process_group = lambda *a, **k: dist.distributed_c10d.init_process_group(
-        "fake", store=FakeStore(), rank=0, world_size=2)
+    if not args.real_group:
+        from torch.testing._internal.distributed.fake_pg import FakeStore
+
+        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+        dist.init_process_group = lambda *a, **k: dist.distributed_c10d.init_process_group(
+            "fake", store=FakeStore(), rank=0, world_size=2)
     if args.shadow_nccl:
         _shadow_with_nccl()
+    collectives = CollectiveClock() if args.time_collectives else None
+    if collectives is not None:
+        collectives.install()  # after the shadow: its time counts with the call
     clock = GcClock()
     gc.callbacks.append(clock)
     if args.gc == "off":
@@ -105,8 +148,11 @@ def cmd_run(args: argparse.Namespace) -> None:
             prof.stop()
             Path(args.profile).write_text(prof.key_averages().table(
                 sort_by="cpu_time_total", row_limit=60, max_name_column_width=70))
-        print(f"gc: collections={clock.count} ms={clock.ns / 1e6:.1f} tracked_objects={len(gc.get_objects())}",
-              flush=True)
+        rank = os.environ.get("RANK", "0")
+        print(f"gc: rank={rank} collections={clock.count} ms={clock.ns / 1e6:.1f} "
+              f"tracked_objects={len(gc.get_objects())}", flush=True)
+        if collectives is not None:
+            print(f"all_reduce host µs: rank={rank} {collectives.summary(args.skip_calls)}", flush=True)
 
 
 def run_config(cfg: Config, gc_mode: str, steps: int, warmup: int, timeout: float) -> dict:
@@ -153,6 +199,11 @@ def main() -> None:
     run.add_argument("--profile", help="write a torch.profiler table of two steps to this file")
     run.add_argument("--shadow-nccl", action="store_true",
                      help="also issue each functional all-reduce on a real one-rank NCCL group")
+    run.add_argument("--real-group", action="store_true",
+                     help="keep the script's own process group (under torchrun with real GPUs)")
+    run.add_argument("--time-collectives", action="store_true",
+                     help="print percentiles of each functional all-reduce call's host time")
+    run.add_argument("--skip-calls", type=int, default=600, help="calls left out of those percentiles")
     run.add_argument("script_args", nargs=argparse.REMAINDER)
     real = sub.add_parser("real", help="every config, with the collector on and off")
     real.add_argument("--out", required=True)
