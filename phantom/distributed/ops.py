@@ -19,6 +19,8 @@ from phantom.distributed.process_group import PhantomProcessGroup, SimWork
 
 fc = torch.ops._c10d_functional
 _PENDING: WeakIdKeyDictionary = WeakIdKeyDictionary()  # output tensor -> SimWork
+# Functional point-to-point ops (torch 2.12+; `fc.isend` raises AttributeError on 2.11).
+_P2P_PACKETS = tuple(getattr(fc, name) for name in ("isend", "irecv", "batch_p2p_ops") if hasattr(fc, name))
 
 
 def _group(name: Any) -> PhantomProcessGroup:
@@ -104,7 +106,7 @@ def _handle(mode, func, types, args: tuple, kwargs: dict):
         if work is not None:
             work.wait()
         return args[0]
-    if packet in (fc.isend, fc.irecv, fc.batch_p2p_ops):
+    if packet in _P2P_PACKETS:
         raise _unsupported(func)
     with_depth = mode._depth
     mode._depth += 1

@@ -145,6 +145,18 @@ def _patch_fake_cache_storage_args() -> None:
     FakeTensorMode._cache_key = cache_key
 
 
+def _patch_fake_gpu_context() -> None:
+    """FakeTensor's constructor (torch/_subclasses/fake_tensor.py, `init_gpu_context`) runs one
+    real `torch.empty(1, device="cuda")` the first time it sees a CUDA device, to create the
+    real CUDA context that autograd on real tensors would need. phantom's device has no
+    context, and on a CUDA build of torch on a machine with a GPU that allocation reaches the
+    real caching allocator, which phantom's hooks never initialised (an internal assert).
+    Nothing real runs on the device, so there is nothing to initialise."""
+    from torch._subclasses import fake_tensor
+
+    fake_tensor.init_gpu_context = lambda device: None
+
+
 def _patch_tolist() -> None:
     """FakeTensor.tolist (torch/_subclasses/fake_tensor.py) reads a tensor element by element
     with `.item()`: one simulated device-to-host sync per element where a real CUDA tensor's
@@ -241,6 +253,7 @@ def install(sim: "Simulation") -> None:
     _patch_storage_resize(sim)
     _patch_record_stream(sim)
     _patch_tolist()
+    _patch_fake_gpu_context()
     _patch_fake_cache_storage_args()
     _patch_compile()
     _patch_optimizer_steps(sim)
