@@ -323,7 +323,7 @@ class Simulation:
             self._allocate_cublas_workspace(stream_id)
         if cost is not None:  # kernel-less ops (views, empty) cost only the measured dispatch
             self._launch(func, cost, stream_id, args)
-        data_reads.propagate_hint(func, args, out)
+        data_reads.propagate_hint(func, args, out, kwargs)
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
         host_ns = HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)

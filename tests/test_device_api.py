@@ -197,6 +197,28 @@ def test_data_reads_return_documented_placeholders(run_script):
     assert report["simulation"]["data_reads"] >= 6
 
 
+def test_in_place_arithmetic_keeps_known_values(run_script):
+    # An optimizer step counter made on the device (torch 2.11's Adam under a CUDA default
+    # device) is advanced in place; a stale value made its bias correction divide by zero.
+    proc, _ = run_script(
+        """
+        import torch
+        x = torch.tensor(0.0, device="cuda")
+        x += 1
+        torch._foreach_add_([x], 1)
+        x.mul_(3)
+        print("step=", x.item())
+        y = torch.tensor([5.0, 7.0], device="cuda")
+        y.add_(torch.randn(2, device="cuda"))
+        print("unknown=", y.tolist())
+        """,
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["step"] == "6.0"
+    assert v["unknown"] == "[0.0, 0.0]"  # its copied values went stale: the placeholder again
+
+
 def test_on_data_read_error_names_the_users_line(run_script):
     proc, _ = run_script(
         """

@@ -9,6 +9,10 @@ copies return placeholders. The policy (README, "Data-dependent reads"):
                   (`isfinite(x)` -> True, `isnan(x)`/`isinf(x)` -> False, propagated
                   through all/any/logical_not/and/or), else False.
 
+A value phantom can know is read back as it is: factories and fills (`torch.full(..., 1024.)`),
+small CPU data copied to the device, arithmetic on such values, including in place (an
+optimizer's step counter). An in-place op it cannot follow makes copied values unknown again.
+
 With `--on-data-read error` the read raises `DataReadError` naming the user's source line,
 so control flow that depends on tensor values can be found.
 """
@@ -63,6 +67,22 @@ _ARITHMETIC = {
     aten.minimum.default: min, aten.maximum.default: max,
 }
 
+# In-place arithmetic keeps a hinted tensor's value known: an optimizer's step counter is a
+# one-element tensor made from a known value and advanced by `+= 1` (`_foreach_add_` in
+# torch.optim's foreach paths); without the update its hint stays at the first value, and a
+# bias correction `1 - beta ** step` read at step 0 divides by zero (torch 2.11's Adam keeps
+# the step on the parameters' device when the default device is CUDA).
+_INPLACE_ARITHMETIC = {
+    aten.add_.Tensor: operator.add, aten.add_.Scalar: operator.add,
+    aten.sub_.Tensor: operator.sub, aten.sub_.Scalar: operator.sub,
+    aten.mul_.Tensor: operator.mul, aten.mul_.Scalar: operator.mul,
+    aten.div_.Tensor: operator.truediv, aten.div_.Scalar: operator.truediv,
+}
+_FOREACH_INPLACE_SCALAR = {
+    aten._foreach_add_.Scalar: operator.add, aten._foreach_sub_.Scalar: operator.sub,
+    aten._foreach_mul_.Scalar: operator.mul, aten._foreach_div_.Scalar: operator.truediv,
+}
+
 # Ops whose output holds exactly their first argument's values.
 _SHADOW_PASSTHROUGH = {
     aten.clone.default, aten.detach.default, aten.alias.default, aten._to_copy.default,
@@ -87,8 +107,37 @@ class DataReadError(RuntimeError):
     pass
 
 
-def propagate_hint(func: Any, args: tuple, out: Any) -> None:
+def _value(x: Any) -> Any:
+    return x if isinstance(x, (int, float, bool)) else getattr(x, HINT_ATTR, None)
+
+
+def _update_in_place(t: Any, fn: Any, other: Any, alpha: Any = 1) -> None:
+    """`t` was changed in place by `fn(t, alpha * other)`: keep its hint right, or drop it."""
+    if not isinstance(t, torch.Tensor):
+        return
+    if getattr(t, SHADOW_ATTR, None) is not None:
+        setattr(t, SHADOW_ATTR, None)  # the copied values are stale now; the hint says the rest
+    if getattr(t, HINT_ATTR, None) is None:
+        return
+    a, b = getattr(t, HINT_ATTR), _value(other)
+    try:
+        value = None if b is None else fn(a, b * alpha if fn in (operator.add, operator.sub) else b)
+    except ZeroDivisionError:
+        value = None
+    setattr(t, HINT_ATTR, value)
+
+
+def propagate_hint(func: Any, args: tuple, out: Any, kwargs: dict | None = None) -> None:
     """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
+    if func in _INPLACE_ARITHMETIC:
+        if len(args) >= 2:
+            _update_in_place(args[0], _INPLACE_ARITHMETIC[func], args[1], (kwargs or {}).get("alpha", 1))
+        return
+    if func in _FOREACH_INPLACE_SCALAR:
+        if len(args) >= 2:
+            for t in args[0]:
+                _update_in_place(t, _FOREACH_INPLACE_SCALAR[func], args[1])
+        return
     if func in _SHADOW_INDEXING:
         _index_shadow(func, args, out)  # and the hint below (select passes it through)
     if func in _VALUE_SOURCES:
@@ -100,8 +149,7 @@ def propagate_hint(func: Any, args: tuple, out: Any) -> None:
             hint = src.item()  # a real one-element CPU tensor moved to the GPU: value known
     elif func in _ARITHMETIC:
         # Elementwise arithmetic on uniform tensors (or Python scalars) is uniform.
-        a, b = (x if isinstance(x, (int, float, bool)) else getattr(x, HINT_ATTR, None)
-                for x in args[:2])
+        a, b = (_value(x) for x in args[:2])
         if a is None or b is None:
             return
         try:
