@@ -209,13 +209,15 @@ def test_in_place_arithmetic_keeps_known_values(run_script):
         x.mul_(3)
         print("step=", x.item())
         y = torch.tensor([5.0, 7.0], device="cuda")
+        y.add_(1)
+        print("known=", y.tolist())
         y.add_(torch.randn(2, device="cuda"))
         print("unknown=", y.tolist())
         """,
     )
     assert proc.returncode == 0, proc.stderr
     v = _values(proc.stdout)
-    assert v["step"] == "6.0"
+    assert v["step"] == "6.0" and v["known"] == "[6.0, 8.0]"
     assert v["unknown"] == "[0.0, 0.0]"  # its copied values went stale: the placeholder again
 
 

@@ -112,16 +112,21 @@ def _value(x: Any) -> Any:
 
 
 def _update_in_place(t: Any, fn: Any, other: Any, alpha: Any = 1) -> None:
-    """`t` was changed in place by `fn(t, alpha * other)`: keep its hint right, or drop it."""
+    """`t` was changed in place by `fn(t, alpha * other)`: keep its hint and copied values right,
+    or drop what can no longer be known."""
     if not isinstance(t, torch.Tensor):
         return
-    if getattr(t, SHADOW_ATTR, None) is not None:
-        setattr(t, SHADOW_ATTR, None)  # the copied values are stale now; the hint says the rest
+    b = _value(other)
+    if b is not None and fn in (operator.add, operator.sub):
+        b = b * alpha
+    shadow = getattr(t, SHADOW_ATTR, None)
+    if shadow is not None:  # copied values: follow a known scalar, else they are stale now
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            setattr(t, SHADOW_ATTR, None if b is None else fn(shadow, b).to(shadow.dtype))
     if getattr(t, HINT_ATTR, None) is None:
         return
-    a, b = getattr(t, HINT_ATTR), _value(other)
     try:
-        value = None if b is None else fn(a, b * alpha if fn in (operator.add, operator.sub) else b)
+        value = None if b is None else fn(getattr(t, HINT_ATTR), b)
     except ZeroDivisionError:
         value = None
     setattr(t, HINT_ATTR, value)
