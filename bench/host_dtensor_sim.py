@@ -23,8 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import host_torch_versions as workloads  # noqa: E402
 
 
-def main() -> None:
-    name = sys.argv[1] if len(sys.argv) > 1 else "tp_dtensor"
+def build_step(name: str):
+    """This rank's process group on the simulated NCCL, meshes on CUDA, and the named
+    workload's step, warmed up by 3 calls."""
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -35,6 +36,12 @@ def main() -> None:
             "fsdp2": workloads.fsdp_step}[name]()
     for _ in range(3):
         step()
+    return step
+
+
+def main() -> None:
+    name = sys.argv[1] if len(sys.argv) > 1 else "tp_dtensor"
+    step = build_step(name)
     times = []
     for _ in range(12):
         torch.cuda.synchronize()

@@ -6,31 +6,20 @@ spends its time on each torch version (bench/README, distributed.py, session 13)
 from __future__ import annotations
 
 import cProfile
-import os
 import pstats
 import sys
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.device_mesh as device_mesh
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import host_torch_versions as workloads  # noqa: E402
+from host_dtensor_sim import build_step  # noqa: E402
 
 
 def main() -> None:
     name = sys.argv[1] if len(sys.argv) > 1 else "tp_dtensor"
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
-    real_init = device_mesh.init_device_mesh
-    device_mesh.init_device_mesh = lambda _kind, shape, **kw: real_init("cuda", shape, **kw)
-    torch.set_default_device(f"cuda:{local}")
-    step = {"plain_mlp": workloads.plain_step, "tp_dtensor": workloads.tp_step,
-            "fsdp2": workloads.fsdp_step}[name]()
-    for _ in range(3):
-        step()
+    step = build_step(name)
     prof = cProfile.Profile()
     prof.enable()
     for _ in range(5):

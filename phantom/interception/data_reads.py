@@ -111,37 +111,42 @@ def _value(x: Any) -> Any:
     return x if isinstance(x, (int, float, bool)) else getattr(x, HINT_ATTR, None)
 
 
-def _update_in_place(t: Any, fn: Any, other: Any, alpha: Any = 1) -> None:
-    """`t` was changed in place by `fn(t, alpha * other)`: keep its hint and copied values right,
-    or drop what can no longer be known."""
-    if not isinstance(t, torch.Tensor):
-        return
-    b = _value(other)
-    if b is not None and fn in (operator.add, operator.sub):
-        b = b * alpha
+def _update_in_place(t: Any, fn: Any, b: Any) -> None:
+    """`t` was changed in place to `fn(t, b)` (`b` None: not known): keep its hint and copied
+    values right, or drop what can no longer be known."""
     shadow = getattr(t, SHADOW_ATTR, None)
     if shadow is not None:  # copied values: follow a known scalar, else they are stale now
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
             setattr(t, SHADOW_ATTR, None if b is None else fn(shadow, b).to(shadow.dtype))
-    if getattr(t, HINT_ATTR, None) is None:
+    hint = getattr(t, HINT_ATTR, None)
+    if hint is None:
         return
     try:
-        value = None if b is None else fn(getattr(t, HINT_ATTR), b)
+        hint = None if b is None else fn(hint, b)
     except ZeroDivisionError:
-        value = None
-    setattr(t, HINT_ATTR, value)
+        hint = None
+    setattr(t, HINT_ATTR, hint)
+
+
+def _in_place_operand(fn: Any, other: Any, alpha: Any) -> Any:
+    """What `fn` combines the tensor with (add_/sub_ scale it by alpha), if known."""
+    b = _value(other)
+    return b * alpha if b is not None and fn in (operator.add, operator.sub) else b
 
 
 def propagate_hint(func: Any, args: tuple, out: Any, kwargs: dict | None = None) -> None:
     """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
     if func in _INPLACE_ARITHMETIC:
-        if len(args) >= 2:
-            _update_in_place(args[0], _INPLACE_ARITHMETIC[func], args[1], (kwargs or {}).get("alpha", 1))
+        fn = _INPLACE_ARITHMETIC[func]
+        if len(args) >= 2 and isinstance(args[0], torch.Tensor):
+            _update_in_place(args[0], fn, _in_place_operand(fn, args[1], (kwargs or {}).get("alpha", 1)))
         return
     if func in _FOREACH_INPLACE_SCALAR:
+        fn = _FOREACH_INPLACE_SCALAR[func]
         if len(args) >= 2:
+            b = _in_place_operand(fn, args[1], 1)
             for t in args[0]:
-                _update_in_place(t, _FOREACH_INPLACE_SCALAR[func], args[1])
+                _update_in_place(t, fn, b)
         return
     if func in _SHADOW_INDEXING:
         _index_shadow(func, args, out)  # and the hint below (select passes it through)
