@@ -7,8 +7,10 @@ lose time waiting for each other in NCCL kernels (host-bound ranks arrive at eac
 different times; simulated ranks run in lockstep). This separates them: `examples/dist_train.py`
 runs unchanged on one GPU as rank 0 of a fake process group of 2 (its collectives return at
 once), so the step is rank 0's own host path and GPU work, with no peer to wait for. It also
-runs each config with Python's cyclic garbage collector off (after start-up), which measures
-what the collector costs the real step: phantom charges none of it (`Simulation.on_gc`).
+runs each config with Python's cyclic garbage collector off (after start-up), and the `gc:` line
+times the collections themselves, per generation and steady step (`GcClock`). The direct timing
+is what measures the collector's cost: on/off pairs differ by the steps' run-to-run spread
+(session 14, `data/gc_cost/`). phantom charges none of it (`Simulation.on_gc`).
 
     python bench/tp_one_gpu.py real --out bench/data/tp_one_gpu_h200.json     # on a GPU host
     python bench/tp_one_gpu.py run [--gc off] -- --parallel tp --preset 1b ... # one run (used by `real`)
@@ -40,17 +42,46 @@ NAMES = ("tp-1b-s2k", "tp-3b-s2k", "tp-350m-s128", "tp-3b-s128", "fsdp-350m-s128
 
 
 class GcClock:
-    """gc.callbacks hook: how many collections ran and how long they took (wall time)."""
+    """gc.callbacks hook: collections per generation and their wall time, by optimizer step.
+
+    Timed with `time.monotonic_ns`, which phantom leaves real, so the same hook measures the
+    collector in a real run and in phantom's own process. Collections are filed under the
+    number of optimizer steps done when they ran; `summary` averages over the steps after the
+    script's warm-up."""
 
     def __init__(self) -> None:
-        self.count, self.ns, self._t0 = 0, 0, 0
+        self.steps = 0
+        self.by_step: dict[int, list[int]] = {}  # steps done -> [n0, n1, n2, ns0, ns1, ns2]
+        self._t0 = 0
+
+    def install(self) -> None:
+        from torch.optim.optimizer import register_optimizer_step_post_hook
+
+        register_optimizer_step_post_hook(self._on_step)
+        gc.callbacks.append(self)
+
+    def _on_step(self, *_) -> None:
+        self.steps += 1
 
     def __call__(self, phase: str, info: dict) -> None:
         if phase == "start":
-            self._t0 = time.perf_counter_ns()
-        else:
-            self.count += 1
-            self.ns += time.perf_counter_ns() - self._t0
+            self._t0 = time.monotonic_ns()
+            return
+        row = self.by_step.setdefault(self.steps, [0] * 6)
+        g = min(info["generation"], 2)
+        row[g] += 1
+        row[3 + g] += time.monotonic_ns() - self._t0
+
+    def summary(self, warmup: int) -> str:
+        """Per-step means over steps warmup+1 .. last (collections between their step hooks),
+        and every collection of the run."""
+        steady = [self.by_step.get(i, [0] * 6) for i in range(warmup, max(warmup, self.steps - 1))]
+        every = [sum(col) for col in zip(*self.by_step.values())] or [0] * 6
+        n = max(1, len(steady))
+        per = [sum(col) / n for col in zip(*steady)] if steady else [0.0] * 6
+        return (f"collections={sum(every[:3])} ms={sum(every[3:]) / 1e6:.1f} steady_steps={len(steady)} "
+                + " ".join(f"gen{g}_per_step={per[g]:.2f} gen{g}_ms_per_step={per[3 + g] / 1e6:.2f}" for g in range(3))
+                + f" ms_per_step={sum(per[3:]) / 1e6:.2f}")
 
 
 def _start_profiler(path: str):
@@ -136,23 +167,29 @@ def cmd_run(args: argparse.Namespace) -> None:
     if collectives is not None:
         collectives.install()  # after the shadow: its time counts with the call
     clock = GcClock()
-    gc.callbacks.append(clock)
+    clock.install()
     if args.gc == "off":
         gc.disable()  # before the model exists: its objects are never walked either
-    sys.argv = [str(SCRIPT), *args.script_args]
+    script = str(ROOT / args.script)
+    sys.argv = [script, *args.script_args]
     prof = _start_profiler(args.profile) if args.profile else None
     try:
-        runpy.run_path(str(SCRIPT), run_name="__main__")
+        runpy.run_path(script, run_name="__main__")
     finally:
         if prof is not None:
             prof.stop()
             Path(args.profile).write_text(prof.key_averages().table(
                 sort_by="cpu_time_total", row_limit=60, max_name_column_width=70))
         rank = os.environ.get("RANK", "0")
-        print(f"gc: rank={rank} collections={clock.count} ms={clock.ns / 1e6:.1f} "
+        print(f"gc: rank={rank} {clock.summary(_script_warmup(args.script_args))} "
               f"tracked_objects={len(gc.get_objects())}", flush=True)
         if collectives is not None:
             print(f"all_reduce host µs: rank={rank} {collectives.summary(args.skip_calls)}", flush=True)
+
+
+def _script_warmup(script_args: list[str]) -> int:
+    """The script's --warmup (dist_train.py's and gpt_train.py's default is 3)."""
+    return int(script_args[script_args.index("--warmup") + 1]) if "--warmup" in script_args else 3
 
 
 def run_config(cfg: Config, gc_mode: str, steps: int, warmup: int, timeout: float) -> dict:
@@ -196,6 +233,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="one run of dist_train.py as rank 0 of a fake 2-rank group")
     run.add_argument("--gc", choices=("on", "off"), default="on")
+    run.add_argument("--script", default=str(SCRIPT.relative_to(ROOT)),
+                     help="the training script, relative to the repository (default: %(default)s)")
     run.add_argument("--profile", help="write a torch.profiler table of two steps to this file")
     run.add_argument("--shadow-nccl", action="store_true",
                      help="also issue each functional all-reduce on a real one-rank NCCL group")

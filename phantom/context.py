@@ -433,7 +433,8 @@ class Simulation:
         more than the script has on a GPU host, and each collection walks them. Charged, a
         host-bound step came out up to a full collection (tens to hundreds of ms) longer,
         depending on where the collector happened to run. The script's own collections on
-        a GPU host are a small share of its host time and are left out with them."""
+        a GPU host are left out with them: timed there, they take 0.02-1.25 ms of a 15-280 ms
+        step (bench/README, "what the collector costs a real step")."""
         if phase == "start":
             self._gc_start = (self._clock(), self._real_mark)
         elif self._gc_start is not None:
