@@ -73,8 +73,8 @@ class GcClock:
         row[3 + g] += time.monotonic_ns() - self._t0
 
     def summary(self, warmup: int) -> str:
-        """Per-step means over steps warmup+1 .. last (collections between their step hooks),
-        and every collection of the run."""
+        """Per-step means over steps warmup+1 .. the one before last (the last step's bucket
+        also holds the script's shut-down), and every collection of the run."""
         steady = [self.by_step.get(i, [0] * 6) for i in range(warmup, max(warmup, self.steps - 1))]
         every = [sum(col) for col in zip(*self.by_step.values())] or [0] * 6
         n = max(1, len(steady))
