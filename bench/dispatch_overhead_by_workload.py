@@ -11,9 +11,9 @@ steps, with and without their optimizer, and the entries counted by kind.
 
     phantom run --gpu H200 bench/dispatch_overhead_by_workload.py [--workloads calib,gpt6_no,...]
 
-A diagnostic that reaches into the running Simulation (found through its `gc.callbacks` hook)
-and switches off what would disturb the measurement, as the calibration itself does; run it
-alone, not inside a training script. Rows are in this machine's raw ns at the moment of the run:
+A diagnostic that finds the running Simulation through its `gc.callbacks` hook and uses the
+calibration's own pieces (`measure_raw_gaps`, `paired_blocks`); run it alone, not inside a
+training script. Rows are in this machine's raw ns at the moment of the run:
 compare rows of one run (`per_calib`), not runs.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ import importlib.util
 import statistics
 import sys
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -33,6 +34,7 @@ from phantom.engine.host import training_step
 from phantom.interception import mode as phantom_mode
 
 ROOT = Path(__file__).resolve().parent.parent
+STEPS = 4  # calls per block, as the calibration
 ENTRIES: collections.Counter = collections.Counter()
 
 
@@ -63,7 +65,7 @@ def _load_example(name: str):
     return module
 
 
-def _train(model: torch.nn.Module, batch, loss_of) -> callable:
+def _train(model: torch.nn.Module, batch, loss_of) -> Callable[[], None]:
     opt = torch.optim.AdamW(model.parameters(), foreach=True)
 
     def step() -> None:
@@ -78,7 +80,7 @@ def _loss(out):
     return out[1] if isinstance(out, tuple) else out
 
 
-def gpt(device: str, n_layer: int) -> callable:
+def gpt(device: str, n_layer: int) -> Callable[[], None]:
     """examples/gpt_train.py's GPT at width 64 (fp32, no autocast: both sides run the same ops)."""
     gt = _load_example("gpt_train")
     cfg = gt.GPTConfig(n_layer=n_layer, n_embd=64, n_head=4, vocab_size=256, block_size=64)
@@ -87,7 +89,7 @@ def gpt(device: str, n_layer: int) -> callable:
     return _train(model, idx, lambda m, x: _loss(m(x, x)))
 
 
-def llama(device: str) -> callable:
+def llama(device: str) -> Callable[[], None]:
     """A 2-layer Hugging Face Llama at width 64, SDPA attention."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -99,7 +101,7 @@ def llama(device: str) -> callable:
     return _train(model, idx, lambda m, x: m(input_ids=x, labels=x).loss)
 
 
-def mlp(device: str, layers: int) -> callable:
+def mlp(device: str, layers: int) -> Callable[[], None]:
     """host_torch_versions.py's MLP blocks (layer norm, two linears, GELU) at width 64."""
     sys.path.insert(0, str(ROOT / "bench"))
     import host_torch_versions as workloads
@@ -139,6 +141,7 @@ WORKLOADS.update({f"{k}_no": without_optimizer(v) for k, v in list(WORKLOADS.ite
 
 
 def measure(sim, make, pairs: int) -> dict:
+    """The calibration's measurement (`Simulation.paired_blocks`) on `make`'s step."""
     fake = make("cuda")
     with unset_fake_temporarily():
         real = make("cpu")
@@ -146,20 +149,11 @@ def measure(sim, make, pairs: int) -> dict:
             real()
     for _ in range(3):
         fake()
+    ENTRIES.clear()
     rows = []
-    for _ in range(pairs):
-        gaps0 = sim.user_host_ns
-        ENTRIES.clear()
-        for _ in range(4):
-            fake()
-        fake_ns = (sim.user_host_ns - gaps0) / 4
-        entries = {k: v / 4 for k, v in ENTRIES.items()}
-        with unset_fake_temporarily():
-            t0 = sim._clock()
-            for _ in range(4):
-                real()
-            real_ns = (sim._clock() - t0) / 4
-        rows.append((fake_ns, real_ns, entries))
+    for fake_ns, real_ns, _ in sim.paired_blocks(fake, real, pairs, STEPS):
+        rows.append((fake_ns / STEPS, real_ns / STEPS, {k: v / STEPS for k, v in ENTRIES.items()}))
+        ENTRIES.clear()  # the counts of one fake block at a time
     entries = rows[-1][2]
     n = sum(entries.values())
     diff = statistics.median(f - r for f, r, _ in rows)
@@ -175,9 +169,7 @@ def main() -> None:
     sim = next(cb.__self__ for cb in gc.callbacks if getattr(cb, "__name__", "") == "on_gc")
     _count_entries()
     torch.set_num_threads(1)
-    # as the calibration: every gap as measured, in raw ns, nothing taken off, no re-sampling
-    sim._steady, sim._gap_scale, sim.dispatch_overhead_ns = None, 1.0, 0.0
-    sim._ops_until_speed_sample, sim._next_progress = 1 << 30, float("inf")
+    sim.measure_raw_gaps()  # as the calibration measures
     calib = None
     print("| workload | fake µs/step | CPU µs/step | entries | metadata share | overhead µs/entry | per_calib |")
     print("|---|---|---|---|---|---|---|")

@@ -14,7 +14,7 @@ import time
 import weakref
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -541,29 +541,14 @@ class Simulation:
             real_step = training_step("cpu")
             real_step()  # warm both
         fake_step()
-        self._gap_scale = 1.0  # measure in this machine's raw ns
-        self.dispatch_overhead_ns = 0.0  # nothing taken off yet
-        self._ops_until_speed_sample = 1 << 30  # and do not re-sample in the middle
-        self._next_progress = float("inf")  # no progress lines about phantom's own steps
+        self.measure_raw_gaps()
         diffs = []
         # The CPU side on one intra-op thread, as the reference step: on two shared cores,
         # OpenMP's second thread made a 1 ms step take 3-120 ms (measured), which buried the
         # overhead (it came out 0 from 4 runs in 5).
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
-        for _ in range(pairs):
-            # the gaps alone: the step's simulated syncs (AdamW reads its step counts) and
-            # launches are not host time of this machine
-            u0, e0 = self.user_host_ns, self.dispatch_entries
-            for _ in range(steps):
-                fake_step()
-            fake_ns = self.user_host_ns - u0
-            entries = self.dispatch_entries - e0
-            with unset_fake_temporarily():
-                t0 = self._clock()
-                for _ in range(steps):
-                    real_step()
-                real_ns = self._clock() - t0
+        for fake_ns, real_ns, entries in self.paired_blocks(fake_step, real_step, pairs, steps):
             # at this machine's best speed, by a probe taken with the pair: one sample taken
             # after the calibration scaled the whole run's overhead by that moment's speed
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
@@ -576,6 +561,38 @@ class Simulation:
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns}
+
+    def measure_raw_gaps(self) -> None:
+        """From here on charge every gap as measured, in this machine's raw ns, with nothing
+        taken off, no speed re-sampling and no progress lines: the state the dispatch-overhead
+        calibration measures in (and bench/dispatch_overhead_by_workload.py after it)."""
+        self._steady = None
+        self._gap_scale = 1.0
+        self.dispatch_overhead_ns = 0.0
+        self._ops_until_speed_sample = 1 << 30
+        self._next_progress = float("inf")
+
+    def paired_blocks(self, fake_step: Callable[[], None], real_step: Callable[[], None],
+                      pairs: int, steps: int) -> Iterator[tuple[float, float, int]]:
+        """Alternating blocks of `steps` calls of `fake_step` (under the simulation) and of
+        `real_step` (on real tensors), `pairs` times: yields (the fake block's charged gaps,
+        the real block's time, the fake block's handler entries), in this machine's ns under
+        `measure_raw_gaps`. Only gaps count on the fake side: the step's simulated syncs and
+        launches are not host time of this machine. A pair is yielded as soon as it is
+        measured, so the caller can probe the machine's speed with it."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        for _ in range(pairs):
+            u0, e0 = self.user_host_ns, self.dispatch_entries
+            for _ in range(steps):
+                fake_step()
+            fake_ns, entries = self.user_host_ns - u0, self.dispatch_entries - e0
+            with unset_fake_temporarily():
+                t0 = self._clock()
+                for _ in range(steps):
+                    real_step()
+                real_ns = self._clock() - t0
+            yield fake_ns, real_ns, entries
 
     def _forget_calibration_work(self) -> None:
         self._next_progress = REAL_NS() + PROGRESS_EVERY_S * 1e9

@@ -136,13 +136,13 @@ def _in_place_operand(fn: Any, other: Any, alpha: Any) -> Any:
 
 def propagate_hint(func: Any, args: tuple, out: Any, kwargs: dict | None = None) -> None:
     """Attach a value hint to `out` when `func` determines it; cheap no-op otherwise."""
-    if func in _INPLACE_ARITHMETIC:
-        fn = _INPLACE_ARITHMETIC[func]
+    fn = _INPLACE_ARITHMETIC.get(func)
+    if fn is not None:
         if len(args) >= 2 and isinstance(args[0], torch.Tensor):
             _update_in_place(args[0], fn, _in_place_operand(fn, args[1], (kwargs or {}).get("alpha", 1)))
         return
-    if func in _FOREACH_INPLACE_SCALAR:
-        fn = _FOREACH_INPLACE_SCALAR[func]
+    fn = _FOREACH_INPLACE_SCALAR.get(func)
+    if fn is not None:
         if len(args) >= 2:
             b = _in_place_operand(fn, args[1], 1)
             for t in args[0]:
