@@ -52,6 +52,9 @@ class Config:
 
 # 2-GPU configs (TP2 and DP2, GPT 1.7B of the published table at sequence 2048), the same
 # command on the real machine and under phantom.
+PUB_1GPU = ("--preset", "gpt-1.7b", "--seq-length", "4096", "--micro-batch-size", "1",
+            "--global-batch-size", "4", "--train-iters", "8", "--use-distributed-optimizer",
+            "--core-attention", "sdpa")
 COMMON = ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "2",
           "--global-batch-size", "8", "--train-iters", "6")
 REAL_CONFIGS = [
@@ -60,6 +63,11 @@ REAL_CONFIGS = [
                                     "--overlap-param-gather")),
     Config("tp2-sp-sdpa", COMMON + ("--tp", "2", "--sequence-parallel",
                                     "--core-attention", "sdpa")),
+    # One GPU doing one published 1.7B TP1 rank's work (seq 4096, micro batch 1, 4 micro-batches,
+    # distributed optimizer), without its data-parallel communication: the GPU side of the
+    # published row, measurable on a one-GPU machine.
+    Config("pub-1.7b-1gpu", PUB_1GPU, nproc=1),
+    Config("pub-1.7b-1gpu-local", PUB_1GPU[:-2] + ("--core-attention", "local"), nproc=1),
 ]
 
 
@@ -167,8 +175,9 @@ def write_sim(out: str, rows: dict, real: dict, gpu: str) -> None:
     write_json(out + ".json", dict(gpu=gpu, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                    real=real.get("device"), results=rows))
     device = "; ".join(sorted(set(str(real.get("device", "no real run")).splitlines())))
-    lines = [f"Megatron-Core 0.16 `examples/megatron/pretrain_gpt.py`, 2 x {gpu}: phantom vs "
-             f"real (2 x {device}, torch {real.get('torch', '?')}, "
+    gpus = "/".join(sorted({str(c.nproc) for c in REAL_CONFIGS if c.name in rows}))
+    lines = [f"Megatron-Core 0.16 `examples/megatron/pretrain_gpt.py`, {gpus} x {gpu}: phantom vs "
+             f"real ({gpus} x {device}, torch {real.get('torch', '?')}, "
              f"{real.get('date', '?')}). Median of iterations {WARMUP + 1}+.", "",
              "| config | real ms/iter | sim ms/iter | error | real TFLOP/s/GPU | sim | real "
              "max alloc GiB | sim | error | sim wall s |", "|---|---|---|---|---|---|---|---|---|---|"]

@@ -35,13 +35,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=int, default=None,
                    help="record a distributed script with this many simulated ranks (as phantom run; "
                         "1 gives one rank torchrun's environment, which torchtitan needs)")
+    p.add_argument("--nnodes", type=int, default=None,
+                   help="with --nproc-per-node: record this many simulated nodes (as phantom run)")
+    p.add_argument("--cluster", help="cluster preset or TOML file of the recording (as phantom run)")
+    p.add_argument("--ranks", help="which ranks run while recording (as phantom run: all, auto or a "
+                                   "list); a large data-parallel run records its shapes from one "
+                                   "representative rank per class with auto")
     p.add_argument("--budget-s", type=float, default=600.0, help="stop starting new timings after this many seconds")
     p.add_argument("--retime", action="store_true", help="time signatures already in the database again")
     return p
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
-    takes = {"--db", "--gpu", "--nproc-per-node", "--sweep-out", "--sweep-groups", "--record-only", "--from-records", "--budget-s"}
+    takes = {"--db", "--gpu", "--nproc-per-node", "--nnodes", "--cluster", "--ranks", "--sweep-out", "--sweep-groups", "--record-only", "--from-records", "--budget-s"}
     i = 0
     while i < len(argv):
         if argv[i] == "--":
@@ -73,13 +79,16 @@ def detect_gpu() -> str:
     raise SystemExit(f"phantom profile: GPU {name!r} matches no preset (phantom gpus); pass --gpu")
 
 
-def record(script: str, args: list[str], gpu: str, path: str, nproc: int | None = None) -> int:
+def record(script: str, args: list[str], gpu: str, path: str, nproc: int | None = None,
+           layout: list[str] | None = None) -> int:
     """Run the script under simulation (as `phantom run` would) and write its op signatures to
-    `path` (rank N of a distributed run to `path.rankN`)."""
+    `path` (rank N of a distributed run to `path.rankN`). `layout`: phantom run's own options
+    for the simulated cluster (--nnodes, --cluster, --ranks)."""
     from phantom.cli import parse_run_args
     from phantom.launcher import launch
 
-    run_argv = ["--gpu", gpu, "--quiet"] + (["--nproc-per-node", str(nproc)] if nproc else [])
+    run_argv = ["--gpu", gpu, "--quiet"] + (["--nproc-per-node", str(nproc)] if nproc else []) \
+        + (layout or [])
     config = parse_run_args(run_argv + ["--", script, *args])
     config.record_path = os.path.abspath(path)
     return launch(config)
@@ -95,11 +104,13 @@ def main(argv: list[str]) -> int:
         print("phantom profile: nothing to do: give a SCRIPT.py, --from-records or --sweep", file=sys.stderr)
         return 2
     gpu = a.gpu or (None if a.record_only else detect_gpu())
+    layout = [arg for flag, value in (("--nnodes", a.nnodes), ("--cluster", a.cluster), ("--ranks", a.ranks))
+              if value is not None for arg in (flag, str(value))]
     if a.record_only:
         if not target:
             print("phantom profile: --record-only needs a SCRIPT.py", file=sys.stderr)
             return 2
-        rc = record(target[0], target[1:], gpu or "H100", a.record_only, a.nproc_per_node)
+        rc = record(target[0], target[1:], gpu or "H100", a.record_only, a.nproc_per_node, layout)
         print(f"phantom profile: signatures of {target[0]} -> {a.record_only} (exit {rc})", file=sys.stderr)
         return rc
     db = a.db or f"phantom_kernels_{gpu}.json"
@@ -107,7 +118,7 @@ def main(argv: list[str]) -> int:
     tmp = None
     if target:
         tmp = tempfile.NamedTemporaryFile(prefix="phantom_sigs_", suffix=".json", delete=False).name
-        rc = record(target[0], target[1:], gpu, tmp, a.nproc_per_node)
+        rc = record(target[0], target[1:], gpu, tmp, a.nproc_per_node, layout)
         if rc != 0:
             print(f"phantom profile: the script failed under simulation (exit {rc}); nothing timed", file=sys.stderr)
             return rc
