@@ -164,6 +164,26 @@ def test_borrowing_preset_gets_the_shipped_rows_of_its_sibling():
     assert type(make_cost_model(get_gpu("H100-96GB"), use_shipped=False)) is RooflineCostModel
 
 
+def test_own_database_first_then_the_siblings_rows_for_its_misses():
+    """H200 has its own database and borrows the H100's for signatures it lacks: its own row
+    wins where both have one; a borrowed GEMM keeps its time, a borrowed add is scaled."""
+    h200 = get_gpu("H200")
+    assert h200.kernel_db_from == "H100" and H100.kernel_db_from == "H200"
+    a, x = t(8192, 8192), t(8192, 8192)
+    mm_key, add_key = op_key(aten.mm.default, (a, a), {}), op_key(aten.add.Tensor, (x, x), {})
+    sibling = _db_with(mm_key, 1_500_000.0)
+    sibling.add(add_key, Row(op="aten.add.Tensor", ns=120_000.0, repeats=15, date=sibling.header["date"]))
+    model = DatabaseCostModel(h200, [sibling], borrowed_from=H100)
+    assert model.estimate(aten.mm.default, (a, a), {}, aten.mm.default(a, a)).gpu_ns == 1_500_000.0
+    add = model.estimate(aten.add.Tensor, (x, x), {}, aten.add.Tensor(x, x))
+    assert add.source == DB_SOURCE and add.gpu_ns < 120_000.0 * 0.8  # faster memory
+    own = _db_with(mm_key, 1_400_000.0, gpu="H200")
+    model = DatabaseCostModel(h200, [sibling, own], borrowed_from=H100)
+    assert model.estimate(aten.mm.default, (a, a), {}, aten.mm.default(a, a)).gpu_ns == 1_400_000.0
+    shipped = make_cost_model(h200)
+    assert [p.rsplit("/", 1)[-1] for p in shipped.db_paths] == ["H100.json", "H200.json"]
+
+
 def test_no_database_means_plain_roofline(monkeypatch, tmp_path):
     import phantom.cost.dbmodel as dbmodel
 

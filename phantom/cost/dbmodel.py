@@ -8,12 +8,15 @@ Besides costs it keeps, per database key, calls and simulated GPU time, so the r
 the most expensive misses, and, when `record` is set (phantom profile), a call spec of every key
 for the timing process to rebuild.
 
-A GPU without a database of its own may borrow the one of a preset with the same die and clocks
-(`GPUSpec.kernel_db_from`, e.g. the 96 GB HBM2e H100 takes the H100 SXM's). A borrowed row is
-scaled by the fallback model's ratio for that signature, this GPU over the measured one: a
-compute-bound kernel keeps its measured time (same SMs, same clock), a memory-bound one slows
-by the memory systems' ratio, and what the measurement knows that the model does not (cuBLAS's
-kernel choice, launch overheads, tails) carries over.
+A GPU may borrow the rows of a preset with the same die and clocks (`GPUSpec.kernel_db_from`):
+all of them when it has no database of its own (the 96 GB HBM2e H100 takes the H100 SXM's), or
+the signatures its own database misses (the H100 and H200 each fill the other's gaps). A
+tensor-core kernel (SAME_CLOCK_CLASSES) keeps its measured time: same SMs, same clock. Any other
+borrowed row is scaled by the fallback model's ratio for that signature, this GPU over the
+measured one, so a memory-bound kernel moves by the memory systems' ratio; what the measurement
+knows that the model does not (kernel choice, launch overheads, tails) carries over. Checked on
+the signatures both Hopper databases have (bench/db_borrow.py): 4% median error against 9-11%
+for the roofline alone.
 """
 from __future__ import annotations
 
@@ -29,6 +32,10 @@ from phantom.cost.signature import call_spec, op_key
 from phantom.hardware.gpus import GPUSpec, get_gpu
 
 DB_SOURCE = "db"
+# Classes whose kernels run on the tensor cores at the SM clock: a borrowed row of a same-die GPU
+# keeps its time. Scaling them by the two fitted rooflines' ratio only added the fits' noise
+# (GEMM 3.4% against 2.2% unscaled, attention 6.8% against 1.1%: bench/db_borrow.py).
+SAME_CLOCK_CLASSES = frozenset({"gemm", "attention", "conv"})
 
 
 class DatabaseCostModel:
@@ -94,7 +101,7 @@ class DatabaseCostModel:
             return [replace(cost, source=self.fallback_source), [0, 0.0, False, "transfer"]]
         key = op_key(func, args, kwargs)
         ns = self.rows.get(key)
-        if ns is not None and key in self._borrowed_keys:
+        if ns is not None and key in self._borrowed_keys and cost.op_class not in SAME_CLOCK_CLASSES:
             ns *= self._borrowed_scale(func, args, kwargs, out, cost.gpu_ns)
         if ns is not None:
             cost = replace(cost, gpu_ns=ns, source=DB_SOURCE)
@@ -140,17 +147,18 @@ class DatabaseCostModel:
 def make_cost_model(gpu: GPUSpec, db_paths: list[str] | None = None, record: bool = False,
                     use_shipped: bool = True) -> Any:
     """The cost model a Simulation uses: DatabaseCostModel when a database applies (the shipped
-    one for this GPU or the one it borrows, and/or --db files) or when recording; else the
-    plain roofline."""
+    one for this GPU and/or the one it borrows, and --db files) or when recording; else the
+    plain roofline. Later databases override earlier ones: borrowed rows, then this GPU's own,
+    then the user's."""
     dbs: list[KernelDB] = []
     borrowed_from = None
     if use_shipped:
-        measured = gpu
-        if not shipped_db_path(gpu.name).exists() and gpu.kernel_db_from:
-            measured = get_gpu(gpu.kernel_db_from)
-        if shipped_db_path(measured.name).exists():
-            dbs.append(load_db(shipped_db_path(measured.name)))
-            borrowed_from = measured if measured.name != gpu.name else None
+        sibling = get_gpu(gpu.kernel_db_from) if gpu.kernel_db_from else None
+        if sibling is not None and shipped_db_path(sibling.name).exists():
+            dbs.append(load_db(shipped_db_path(sibling.name)))
+            borrowed_from = sibling
+        if shipped_db_path(gpu.name).exists():
+            dbs.append(load_db(shipped_db_path(gpu.name)))
     dbs += [load_db(p) for p in (db_paths or [])]
     if not dbs and not record:
         return RooflineCostModel(gpu)

@@ -47,9 +47,10 @@ class GPUSpec:
     power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
     host_mean_slowdown: float = H200_HOST_MEAN_SLOWDOWN  # its typical speed below that
-    # A preset of the same die and clocks whose measured kernel database this GPU uses when it
-    # has none of its own, each row scaled by the fallback model's ratio of the two GPUs (the
-    # memory system differs, the SMs do not): phantom/cost/dbmodel.py.
+    # A preset of the same die and clocks whose measured kernel rows this GPU borrows: all of
+    # them when it has no database of its own, else the signatures its own misses. Tensor-core
+    # rows keep their time, the others are scaled by the fallback model's ratio of the two GPUs
+    # (the memory system differs, the SMs do not): phantom/cost/dbmodel.py.
     kernel_db_from: str | None = None
 
     @property
@@ -97,6 +98,7 @@ _PRESETS: dict[str, GPUSpec] = {
         power=HOPPER_SXM,
         host_step_ns=H100_HOST_STEP_NS,
         host_mean_slowdown=H100_HOST_MEAN_SLOWDOWN,
+        kernel_db_from="H200",  # the H200's rows fill this database's gaps (bench/db_borrow.py)
     ),
     "H200": GPUSpec(
         name="H200",
@@ -114,6 +116,7 @@ _PRESETS: dict[str, GPUSpec] = {
         l2_cache_bytes=60 * 1024**2,
         tdp_watts=700,
         power=HOPPER_SXM,
+        kernel_db_from="H100",  # the H100's rows fill this database's gaps (bench/db_borrow.py)
     ),
     "A100": GPUSpec(
         name="A100",
