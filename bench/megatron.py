@@ -50,11 +50,12 @@ class Config:
     nproc: int = 2
 
 
-# 2-GPU configs (TP2 and DP2, GPT 1.7B of the published table at sequence 2048), the same
-# command on the real machine and under phantom.
+# One published 1.7B TP1 rank's work on one GPU (the 1-GPU configs below).
 PUB_1GPU = ("--preset", "gpt-1.7b", "--seq-length", "4096", "--micro-batch-size", "1",
             "--global-batch-size", "4", "--train-iters", "8", "--use-distributed-optimizer",
             "--core-attention", "sdpa")
+# 2-GPU configs (TP2 and DP2, GPT 1.7B of the published table at sequence 2048), the same
+# command on the real machine and under phantom; each config runs the same command on both sides.
 COMMON = ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "2",
           "--global-batch-size", "8", "--train-iters", "6")
 REAL_CONFIGS = [

@@ -79,17 +79,14 @@ def detect_gpu() -> str:
     raise SystemExit(f"phantom profile: GPU {name!r} matches no preset (phantom gpus); pass --gpu")
 
 
-def record(script: str, args: list[str], gpu: str, path: str, nproc: int | None = None,
-           layout: list[str] | None = None) -> int:
+def record(script: str, args: list[str], gpu: str, path: str, layout: list[str] | None = None) -> int:
     """Run the script under simulation (as `phantom run` would) and write its op signatures to
     `path` (rank N of a distributed run to `path.rankN`). `layout`: phantom run's own options
-    for the simulated cluster (--nnodes, --cluster, --ranks)."""
+    for the simulated cluster (--nproc-per-node, --nnodes, --cluster, --ranks)."""
     from phantom.cli import parse_run_args
     from phantom.launcher import launch
 
-    run_argv = ["--gpu", gpu, "--quiet"] + (["--nproc-per-node", str(nproc)] if nproc else []) \
-        + (layout or [])
-    config = parse_run_args(run_argv + ["--", script, *args])
+    config = parse_run_args(["--gpu", gpu, "--quiet", *(layout or []), "--", script, *args])
     config.record_path = os.path.abspath(path)
     return launch(config)
 
@@ -104,13 +101,14 @@ def main(argv: list[str]) -> int:
         print("phantom profile: nothing to do: give a SCRIPT.py, --from-records or --sweep", file=sys.stderr)
         return 2
     gpu = a.gpu or (None if a.record_only else detect_gpu())
-    layout = [arg for flag, value in (("--nnodes", a.nnodes), ("--cluster", a.cluster), ("--ranks", a.ranks))
+    layout = [arg for flag, value in (("--nproc-per-node", a.nproc_per_node), ("--nnodes", a.nnodes),
+                                      ("--cluster", a.cluster), ("--ranks", a.ranks))
               if value is not None for arg in (flag, str(value))]
     if a.record_only:
         if not target:
             print("phantom profile: --record-only needs a SCRIPT.py", file=sys.stderr)
             return 2
-        rc = record(target[0], target[1:], gpu or "H100", a.record_only, a.nproc_per_node, layout)
+        rc = record(target[0], target[1:], gpu or "H100", a.record_only, layout)
         print(f"phantom profile: signatures of {target[0]} -> {a.record_only} (exit {rc})", file=sys.stderr)
         return rc
     db = a.db or f"phantom_kernels_{gpu}.json"
@@ -118,7 +116,7 @@ def main(argv: list[str]) -> int:
     tmp = None
     if target:
         tmp = tempfile.NamedTemporaryFile(prefix="phantom_sigs_", suffix=".json", delete=False).name
-        rc = record(target[0], target[1:], gpu, tmp, a.nproc_per_node, layout)
+        rc = record(target[0], target[1:], gpu, tmp, layout)
         if rc != 0:
             print(f"phantom profile: the script failed under simulation (exit {rc}); nothing timed", file=sys.stderr)
             return rc
