@@ -87,15 +87,19 @@ def test_key_speed_per_call():
     a, b = t(4096, 768), t(768, 3072)
     out = aten.mm.default(a, b)
     model.estimate(aten.mm.default, (a, b), {}, out)
-    n = 2000
-    t0 = time.perf_counter()
-    for _ in range(n):
-        model.estimate(aten.mm.default, (a, b), {}, out)
-    per_call_us = (time.perf_counter() - t0) / n * 1e6
-    t0 = time.perf_counter()
-    for _ in range(200):
-        op_key(aten.mm.default, (a, b), {})
-    key_us = (time.perf_counter() - t0) / 200 * 1e6
+    def best_us(fn, n: int) -> float:
+        # The fastest of 5 blocks: a development VM's slow spells (2x and more, seen failing this
+        # test at 123 us once in CI) only ever make a block slower.
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n * 1e6)
+        return best
+
+    per_call_us = best_us(lambda: model.estimate(aten.mm.default, (a, b), {}, out), 400)
+    key_us = best_us(lambda: op_key(aten.mm.default, (a, b), {}), 40)
     # Measured ~2-3 us (memo hit) and ~10 us (op_key) on the 2-core dev machine; bounds leave
     # room for a loaded CI machine while still catching an accidental slow path.
     assert per_call_us < 25, per_call_us
