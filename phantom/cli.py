@@ -170,6 +170,11 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         raise UsageError("no script given: phantom run [options] [--] SCRIPT.py [ARGS...]")
     script = target[0]
     if not os.path.isfile(script):
+        if os.path.basename(script).startswith("python") and len(target) > 1:
+            # `phantom run -- python train.py` is the commonest slip: torchrun takes the script itself.
+            raise UsageError(f"phantom run takes the script itself, as torchrun does: drop '{script}' "
+                             f"and run `phantom run [options] -- {' '.join(target[1:])}` "
+                             "(or `-m MODULE` for a module)")
         raise UsageError(f"script not found: {script}")
     config.script, config.args = script, target[1:]
     if args.report:

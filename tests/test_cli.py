@@ -40,6 +40,14 @@ def test_missing_script_is_a_clear_error():
     assert "script not found: no_such_script.py" in proc.stderr
 
 
+def test_a_leading_python_is_named_as_the_slip_it_is(tmp_path):
+    s = tmp_path / "train.py"
+    s.write_text("print('hi')\n")
+    proc = run_phantom(["run", "--", "python", str(s), "--lr", "1"])
+    assert proc.returncode == 2
+    assert "drop 'python'" in proc.stderr and f"-- {s} --lr 1" in proc.stderr
+
+
 @pytest.mark.parametrize("value", ["0", "-3", "1e9"])
 def test_bad_vram_is_a_clear_error(tmp_path, value):
     s = tmp_path / "s.py"
