@@ -27,7 +27,7 @@ from phantom.engine.host import (HostSpeedNormalizer, SteadyGaps, code_fingerpri
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
-from phantom.native.build import cache_dir
+from phantom.native.build import cache_dir, storage_address_setter
 
 REAL_NS = time.perf_counter_ns  # bound before any patching
 
@@ -98,9 +98,8 @@ class _StreamState:
 
 
 def _is_pinned(t: torch.Tensor) -> bool:
-    from phantom.interception.mode import PINNED_ATTR
-
-    return bool(getattr(t, PINNED_ATTR, False))
+    # the fake CUDA hooks' pinned allocator knows its blocks (native/fake_cuda.cpp)
+    return t.device.type == "cpu" and t.is_pinned()
 
 
 class Simulation:
@@ -119,6 +118,7 @@ class Simulation:
         self.ops_intercepted = 0
         self.data_reads = 0
         self._storages: dict[int, list] = {}  # live storage key -> [block, recorder's record or None]
+        self._set_storage_address = storage_address_setter()
         self._streams = _StreamState()
         self._cublas_workspaces: dict[int, Any] = {}
         self._next_stream_id = 1
@@ -399,6 +399,7 @@ class Simulation:
         if key in self._storages:
             return  # a view, or an in-place op returning its input: already counted
         block = self._malloc(storage.nbytes(), stream_id)
+        self._place(storage, block)
         record = self.recorder.malloc(block.size, self.timeline.host_ns) if self.recorder is not None else None
         self._storages[key] = [block, record]
         # The block lives as long as the storage, not as long as the tensors that first held
@@ -407,6 +408,12 @@ class Simulation:
         # dies. torch keeps one Python object per storage (since 2.0), so its finalizer runs
         # exactly when the storage is freed; a new storage cannot take the key before that.
         weakref.finalize(storage, self._release, key)
+
+    def _place(self, storage: Any, block: Any) -> None:
+        """The storage's data_ptr() is its block's simulated address, as on a GPU: distinct
+        for live storages, reused as the caching allocator reuses blocks."""
+        if self._set_storage_address is not None:
+            self._set_storage_address(storage._cdata, block.ptr if block is not None else 0)
 
     def _malloc(self, nbytes: int, stream_id: int):
         try:
@@ -465,6 +472,7 @@ class Simulation:
             if self.recorder is not None:
                 self._record_free(entry)
         entry[0] = self._malloc(nbytes, self._current_stream_id()) if nbytes > 0 else None
+        self._place(storage, entry[0])
         if self.recorder is not None:
             # A storage resized up is FSDP re-allocating an unsharded parameter (the only
             # user of resize_ on CUDA storages in training code): count it as parameters.

@@ -340,6 +340,71 @@ def test_storage_resize_frees_and_reallocates(run_script):
     assert proc.stdout.split() == ["256", "0", "128", "0"]
 
 
+def test_data_pointers_are_the_allocators_addresses(run_script):
+    # FSDP compares storages' data_ptr() to tell them apart, accelerate re-maps parameters by
+    # it: fake storages must not all sit at address 0.
+    proc, _ = run_script("""
+        import warnings
+        warnings.simplefilter("error")  # no "data pointer of FakeTensor" warning either
+        import torch
+        a = torch.empty(1000, device="cuda"); b = torch.empty(1000, device="cuda")
+        print("distinct=", a.data_ptr() != b.data_ptr() and a.data_ptr() > 0)
+        print("aligned=", a.data_ptr() % 512 == 0 and b.data_ptr() % 512 == 0)
+        print("view_offset=", a[10:].data_ptr() - a.data_ptr())
+        print("same_storage=", a.view(10, 100).untyped_storage().data_ptr() == a.untyped_storage().data_ptr())
+        old = a.data_ptr(); del a
+        c = torch.empty(1000, device="cuda")  # the caching allocator hands the freed block back
+        print("reused=", c.data_ptr() == old)
+        c.untyped_storage().resize_(0)
+        print("resized_to_0=", c.untyped_storage().data_ptr())
+        c.untyped_storage().resize_(4000)
+        print("resized_back=", c.untyped_storage().data_ptr() > 0)
+        print("empty=", torch.empty(0, device="cuda").data_ptr())
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout) == {"distinct": "True", "aligned": "True", "view_offset": "40",
+                                    "same_storage": "True", "reused": "True", "resized_to_0": "0",
+                                    "resized_back": "True", "empty": "0"}
+
+
+def test_pinned_host_memory_as_on_a_gpu_machine(run_script):
+    # DataLoader(pin_memory=True), DDP's reducer (find_unused_parameters) and FSDP's CPU
+    # offload allocate page-locked memory through the CUDA hooks' host allocator.
+    proc, _ = run_script("""
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        MiB = 2**20
+        a = torch.randn(64 * MiB // 4).pin_memory()
+        print("pinned=", a.is_pinned(), a[100:].is_pinned(), torch.randn(4).is_pinned())
+        print("factory=", torch.empty(8, pin_memory=True).is_pinned())
+        (x,) = next(iter(DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=16, pin_memory=True)))
+        print("loader=", x.is_pinned())
+        def h2d_ms(src):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); src.to("cuda", non_blocking=True); end.record(); end.synchronize()
+            return start.elapsed_time(end)
+        print("pinned_faster=", h2d_ms(a) < h2d_ms(torch.randn(64 * MiB // 4)))
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout) == {"pinned": "True True False", "factory": "True", "loader": "True",
+                                    "pinned_faster": "True"}
+
+
+def test_profiler_with_cuda_activity_records_the_cpu_side_quietly(run_script):
+    proc, _ = run_script("""
+        import torch
+        from torch.profiler import profile, ProfilerActivity
+        m = torch.nn.Linear(64, 64).cuda()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            m(torch.randn(8, 64, device="cuda")).sum().backward()
+        print("linear_recorded=", any(e.key == "aten::linear" for e in prof.key_averages()))
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout)["linear_recorded"] == "True"
+    assert "Failed to record CUDA event" not in proc.stderr
+    assert proc.stderr.count("the profiler's CUDA activity is not simulated") == 1
+
+
 def test_an_optimizer_stepping_others_marks_one_iteration(run_script):
     """An Optimizer subclass whose step() steps one optimizer per model part (torchtitan's
     OptimizersContainer) marks one iteration per step, not one per optimizer."""

@@ -150,8 +150,6 @@ class PhantomMode(FakeTensorMode):
             return NotImplemented
         if not _touches_cuda(args, kwargs):
             sim.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
-            if func in _PINNED_MEMORY_OPS:
-                return _PINNED_MEMORY_OPS[func](args)
             return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
         sim.begin_op(func, dispatched=True)
         self._depth += 1
@@ -217,23 +215,6 @@ def _wants_cpu(device: Any) -> bool:
 
 _NOT_A_READ = object()
 
-# Page-locked host memory needs the CUDA host allocator, which a CPU-only build lacks. A
-# pinned tensor is simulated as an ordinary CPU copy tagged as pinned, so `is_pinned()`
-# answers as on a GPU machine and H2D copies from it are timed as pinned transfers.
-PINNED_ATTR = "_phantom_pinned"
-
-
-def _pin(args: tuple) -> torch.Tensor:
-    pinned = args[0].clone()
-    setattr(pinned, PINNED_ATTR, True)
-    return pinned
-
-
-_PINNED_MEMORY_OPS = {
-    aten._pin_memory.default: _pin,
-    aten.pin_memory.default: _pin,
-    aten.is_pinned.default: lambda args: bool(getattr(args[0], PINNED_ATTR, False)),
-}
 _share_higher_order_op_rules(PhantomMode)
 
 

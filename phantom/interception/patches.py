@@ -60,6 +60,31 @@ def _patch_compile() -> None:
     torch.compile = compile
 
 
+def _patch_profiler_cuda_activity() -> None:
+    """torch.profiler with ProfilerActivity.CUDA (or the legacy `use_cuda=True`) records CUDA
+    events around every op through the profiler's CUDA stubs, which a CPU-only build lacks:
+    each op then printed "Failed to record CUDA event" with a C++ stack. The profiler keeps
+    its CPU activity (real time on this machine, not simulated time); the simulated GPU
+    timeline is `phantom run --trace`'s, which says so once."""
+    from torch.autograd import profiler
+
+    original = profiler.profile.__init__
+    warned = []
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if kwargs.get("use_cuda") or kwargs.get("use_device") == "cuda":
+            kwargs["use_cuda"], kwargs["use_device"] = False, None
+            if not warned:
+                warned.append(True)
+                warnings.warn("phantom: the profiler's CUDA activity is not simulated; it records "
+                              "the CPU side only (in this machine's time). `phantom run --trace "
+                              "FILE` writes the simulated GPU timeline.", stacklevel=2)
+        original(self, *args, **kwargs)
+
+    profiler.profile.__init__ = __init__
+
+
 def _patch_optimizer_steps(sim: "Simulation") -> None:
     """Optimizer steps mark iterations: every training loop calls one per iteration. An
     optimizer that steps others inside its own step (an Optimizer subclass holding one
@@ -245,6 +270,18 @@ def _patch_optimizer_defaults() -> None:
         optimizer._foreach_supported_types.append(FakeTensor)
 
 
+def _quiet_fake_data_ptr_warning() -> None:
+    """FakeTensor marks each storage to warn on data_ptr() ("almost definitely a bug in your
+    code", fake_tensor.py's FakeTensor.__new__, the one caller of this torch._C function):
+    for a program traced by torch.compile that is true, for a script under phantom it is not.
+    Its data pointers are the simulated addresses of the allocator model
+    (Simulation._place), and the frameworks that read them (FSDP, accelerate, DeepSpeed)
+    print nothing of the sort on a GPU. Not marking the storage, rather than filtering the
+    warning, keeps a script's own `warnings.simplefilter("error")` from turning it into an
+    exception."""
+    torch._C._set_warn_deprecated_on_mutable_data_ptr = lambda tensor: None
+
+
 def install(sim: "Simulation") -> None:
     _register_fused_cuda_kernels()
     _patch_swap_tensors()
@@ -257,3 +294,5 @@ def install(sim: "Simulation") -> None:
     _patch_fake_cache_storage_args()
     _patch_compile()
     _patch_optimizer_steps(sim)
+    _quiet_fake_data_ptr_warning()
+    _patch_profiler_cuda_activity()

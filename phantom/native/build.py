@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 SOURCE = Path(__file__).with_name("fake_cuda.cpp")
 
@@ -137,6 +138,25 @@ def load_fake_cuda(quiet: bool = True) -> Path:
         _load_torch_cuda(torch_dir)
     ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
     return path
+
+
+def storage_address_setter() -> Callable[[int, int], None] | None:
+    """`set(storage._cdata, address)`: give a fake storage a simulated device address
+    (fake_cuda.cpp, phantom_set_storage_address); None where the library is not loaded (a
+    Simulation built in a plain process, as unit tests do)."""
+    path = library_path()
+    if not path.exists():
+        return None
+    try:
+        # dlopen of a loaded library returns the same handle; RTLD_NOLOAD keeps a library
+        # that this process never loaded (torch imported without phantom run) out.
+        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
+    except OSError:
+        return None
+    setter = lib.phantom_set_storage_address
+    setter.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
+    setter.restype = None
+    return setter
 
 
 def _load_torch_cuda(torch_dir: Path) -> None:

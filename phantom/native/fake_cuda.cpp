@@ -20,10 +20,17 @@
 //
 // Both builds report cuDNN (version 9), so convolution picks the cuDNN backend and
 // the output memory format (channels_last in, channels_last out) a real GPU gives.
+//
+// phantom_set_storage_address gives a fake CUDA storage the address phantom's caching
+// allocator model placed it at (see its comment).
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -96,6 +103,55 @@ struct FakeCUDAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
 
 C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuardImpl)
 
+// Page-locked host memory (`pin_memory()`, `torch.empty(..., pin_memory=True)`, DataLoader's
+// pin_memory=True, the buffers DDP's reducer and FSDP's CPU offload allocate) is ordinary CPU
+// memory here: no driver can lock it, and nothing needs it locked, since no DMA reads it. The
+// allocator remembers its blocks so `is_pinned()` (isPinnedPtr) answers as on a GPU machine,
+// and phantom times an H2D copy from such a tensor as a pinned transfer.
+class FakePinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(size_t nbytes) override {
+    void* data = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
+    if (data != nullptr) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_[reinterpret_cast<uintptr_t>(data)] = nbytes;
+    }
+    return {data, data, &free_block, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+  bool contains(const void* ptr) const {
+    auto address = reinterpret_cast<uintptr_t>(ptr);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = blocks_.upper_bound(address);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return address < it->first + it->second;
+  }
+
+ private:
+  static void free_block(void* data) {
+    if (data == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(instance().mutex_);
+      instance().blocks_.erase(reinterpret_cast<uintptr_t>(data));
+    }
+    c10::free_cpu(data);
+  }
+
+ public:
+  static FakePinnedAllocator& instance() {
+    static FakePinnedAllocator* allocator = new FakePinnedAllocator();  // never destroyed
+    return *allocator;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<uintptr_t, size_t> blocks_;  // start -> size of each live pinned block
+};
+
 struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   explicit FakeCUDAHooks(at::CUDAHooksArgs) {}
   void init() const override {}
@@ -130,6 +186,12 @@ struct FakeCUDAHooks final : public at::CUDAHooksInterface {
   long versionCUDART() const override { return 12080; }
   std::string showConfig() const override { return "phantom simulated CUDA\n"; }
   void deviceSynchronize(c10::DeviceIndex) const override {}
+  c10::Allocator* getPinnedMemoryAllocator() const override {
+    return &FakePinnedAllocator::instance();
+  }
+  bool isPinnedPtr(const void* data) const override {
+    return FakePinnedAllocator::instance().contains(data);
+  }
 };
 
 }  // namespace phantom
@@ -167,3 +229,16 @@ C10_REGISTER_TYPED_CLASS(CUDAHooksRegistry, "CUDAHooks", phantom::FakeCUDAHooks)
 }  // namespace at
 
 extern "C" int phantom_fake_cuda_loaded() { return 1; }
+
+// A fake tensor's storage is a meta storage whose data pointer is null, so every fake CUDA
+// tensor had data_ptr() 0 (plus its offset). Frameworks compare data pointers to tell
+// storages apart (FSDP's _same_storage, accelerate's parameter re-mapping after wrapping,
+// DeepSpeed's parameter counts); with all of them 0 every storage looked like one. This sets
+// the pointer to the simulated device address of the storage's block. Nothing reads through
+// it: meta kernels never touch data, and the DataPtr has no deleter, so nothing frees it.
+// `storage_impl` is the StorageImpl* Python exposes as UntypedStorage._cdata.
+extern "C" void phantom_set_storage_address(void* storage_impl, uintptr_t address) {
+  auto* storage = static_cast<c10::StorageImpl*>(storage_impl);
+  storage->set_data_ptr_noswap(
+      c10::DataPtr(reinterpret_cast<void*>(address), storage->device()));
+}
