@@ -78,7 +78,7 @@ def main() -> None:
     metrics = trainer.train().metrics
     if trainer.is_world_process_zero():
         steady = timer.times_ms[args.warmup:] or timer.times_ms
-        print(f"summary: median_step_ms={statistics.median(steady):.2f} "
+        print(f"summary: median_iter_ms={statistics.median(steady):.2f} "
               f"train_runtime_s={metrics['train_runtime']:.3f} "
               f"peak_alloc_gib={torch.cuda.max_memory_allocated() / 2**30:.2f}")
 
