@@ -766,6 +766,64 @@ def conv_layout_cases() -> Iterator[Case]:
                     yield conv_layout_case(n, c, hw, k, r, s, True, dtype, cl)
 
 
+def grouped_conv_case(n: int, c: int, hw: int, r: int, stride: int, groups: int, bwd: bool, dtype: torch.dtype,
+                      channels_last: bool, dims: int = 2) -> Case:
+    """A grouped conv with as many output as input channels: depthwise (groups == C, as in
+    MobileNet, EfficientNet, ConvNeXt; `dims=1`: Mamba's causal conv1d) or ResNeXt-style."""
+    pad = r // 2 if dims == 2 else r - 1
+    ho = (hw + 2 * pad - r) // stride + 1
+    es = 2 if dtype != FP32 else 4
+    cg = c // groups
+    spatial_in, spatial_out, window = (hw * hw, ho * ho, r * r) if dims == 2 else (hw, ho, r)
+    flops = 2.0 * n * c * spatial_out * cg * window
+    x_b, w_b, y_b = es * n * c * spatial_in, es * c * cg * window, es * n * c * spatial_out
+    layout = "channels_last" if channels_last and dims == 2 else "contiguous"
+    params = {"N": n, "C": c, "H": hw, "W": hw if dims == 2 else 1, "K": c, "R": r, "stride": stride, "Ho": ho,
+              "groups": groups, "dims": dims, "bwd": bwd, "layout": layout}
+    xs, ws, ys = ((n, c, hw, hw), (c, cg, r, r), (n, c, ho, ho)) if dims == 2 else ((n, c, hw), (c, cg, r), (n, c, ho))
+    conv = F.conv2d if dims == 2 else F.conv1d
+    extra = {"tf32": dtype == FP32}
+    if not bwd:
+        return Case("convolution", "conv", [list(xs), list(ws)], dname(dtype), params, flops, x_b + w_b + y_b,
+                    lambda: (_fmt(rand(xs, dtype), channels_last), _fmt(rand(ws, dtype, scale=0.05), channels_last)),
+                    lambda b: conv(b[0], b[1], stride=stride, padding=pad, groups=groups),
+                    in_bytes=x_b + w_b, extra=extra)
+
+    def make():
+        return (_fmt(rand(ys, dtype), channels_last), _fmt(rand(xs, dtype), channels_last),
+                _fmt(rand(ws, dtype, scale=0.05), channels_last))
+
+    def fn(b):
+        return aten.convolution_backward(b[0], b[1], b[2], None, [stride] * dims, [pad] * dims, [1] * dims, False,
+                                         [0] * dims, groups, [True, True, False])
+
+    return Case("convolution_backward", "conv", [list(xs), list(ws)], dname(dtype), params, 2 * flops,
+                2 * (x_b + w_b) + y_b, make, fn, in_bytes=x_b + w_b + y_b, extra=extra)
+
+
+# (N, C, H, R, stride, groups): depthwise convs of MobileNetV2 (3x3), EfficientNet (5x5) and
+# ConvNeXt-S/B-like widths (7x7) at several batches, and ResNeXt-50 32x4d's grouped 3x3 convs;
+# then (N, C, L, R) depthwise causal conv1d as in Mamba blocks.
+GROUPED_CONV_SHAPES = ((128, 32, 112, 3, 1, 32), (128, 144, 56, 3, 2, 144), (128, 192, 28, 3, 1, 192),
+                       (128, 576, 14, 3, 1, 576), (128, 960, 7, 3, 1, 960), (64, 240, 28, 5, 1, 240),
+                       (64, 672, 14, 5, 1, 672), (32, 128, 56, 7, 1, 128), (32, 256, 28, 7, 1, 256),
+                       (32, 512, 14, 7, 1, 512), (32, 1024, 7, 7, 1, 1024), (256, 128, 56, 7, 1, 128),
+                       (128, 128, 56, 3, 1, 32), (128, 256, 28, 3, 1, 32), (128, 512, 14, 3, 1, 32))
+CONV1D_DEPTHWISE_SHAPES = ((8, 4096, 2048, 4), (16, 2048, 4096, 4))
+
+
+def grouped_conv_cases() -> Iterator[Case]:
+    for n, c, hw, r, s, g in GROUPED_CONV_SHAPES:
+        for dtype in (BF16, FP32):
+            for cl in (True, False):
+                for bwd in (False, True):
+                    yield grouped_conv_case(n, c, hw, r, s, g, bwd, dtype, cl)
+    for n, c, length, r in CONV1D_DEPTHWISE_SHAPES:
+        for dtype in (BF16, FP32):
+            for bwd in (False, True):
+                yield grouped_conv_case(n, c, length, r, 1, c, bwd, dtype, False, dims=1)
+
+
 def spatial_cases() -> Iterator[Case]:
     """Batch and group norm, pooling and upsampling on NCHW activations (bytes-bound kernels)."""
     for n, c, hw, cl in ((128, 64, 112, True), (128, 256, 56, True), (128, 1024, 14, True), (128, 64, 112, False),
@@ -1009,6 +1067,7 @@ GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
     ("embedding", embedding_cases), ("copy", copy_cases), ("random", random_cases),
     ("optimizer", optimizer_cases), ("conv", conv_cases), ("other", other_cases), ("transfer", transfer_cases),
     ("conv_layout", conv_layout_cases), ("spatial", spatial_cases), ("graph", graph_cases),
+    ("conv_grouped", grouped_conv_cases),
 ]
 
 

@@ -115,6 +115,25 @@ class GemmCal:
     # conv efficiency per "<precision>.<layout>.<fwd|bwd>" (calibrate_conv.py), where the sweep
     # measured that combination; conv_scale otherwise
     conv_scales: dict[str, float] = field(default_factory=dict)
+    # grouped and depthwise convs per "<precision>.<layout|conv1d>.<fwd|bwd>" (calibrate_conv.py)
+    grouped_conv: dict[str, "GroupedConvCal"] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GroupedConvCal:
+    """A grouped convolution (groups > 1: depthwise in MobileNet, EfficientNet, ConvNeXt and
+    Mamba's conv1d; ResNeXt's 32 groups) runs cuDNN's or ATen's direct kernels, not the implicit
+    GEMM of a dense conv: a depthwise conv has one input channel per group and no GEMM to speak
+    of. Measured on the H100 (bench/kernels/measure.py, conv_grouped), the flop rate grows with
+    the input channels per group (CUDA-core kernels for depthwise, tensor cores as groups
+    widen) and small kernels are HBM-bound:
+
+        time = floor + max(flops / (tflops * 1e12 * cin_per_group ** alpha), bytes / (HBM * mem_eff))
+    """
+
+    tflops: float  # the rate of a depthwise conv (one input channel per group)
+    alpha: float  # how the rate grows with input channels per group
+    mem_eff: float  # fraction of HBM bandwidth when memory-bound
 
 
 @dataclass(frozen=True)
@@ -200,7 +219,8 @@ class Calibration:
             gemm=GemmCal(g["floor_us"], g["mem_eff"], g["conv_scale"],
                          {k: GemmCurve(**v) for k, v in g["curves"].items()},
                          {k: _residuals_from_dict(v) for k, v in g.get("residuals", {}).items()},
-                         dict(g.get("conv_scales", {}))),
+                         dict(g.get("conv_scales", {})),
+                         {k: GroupedConvCal(**v) for k, v in g.get("grouped_conv", {}).items()}),
             attention={k: AttnCurve(**v) for k, v in d["attention"].items()},
             memory={k: MemCurve(**v) for k, v in d["memory"].items()},
             transfer=TransferCal(**d["transfer"]),

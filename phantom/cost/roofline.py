@@ -32,6 +32,7 @@ from phantom.cost.calibration import (
     AttnCurve,
     Calibration,
     GemmCal,
+    GroupedConvCal,
     MemCurve,
     TransferCal,
     load_calibration,
@@ -251,6 +252,14 @@ def gemm_time_ns(cal: GemmCal, prec: str, gpu: GPUSpec, batch: int, m: int, n: i
     if correct and cal.residuals:
         ns *= gemm_residual(cal.residuals.get(prec), batch, m, n, k, align_bytes)
     return ns
+
+
+def grouped_conv_time_ns(cal: GroupedConvCal, gpu: GPUSpec, flops: float, nbytes: float, cin_per_group: int,
+                         floor_us: float) -> float:
+    """A grouped or depthwise convolution (see GroupedConvCal)."""
+    rate = cal.tflops * 1e12 * max(1, cin_per_group) ** cal.alpha
+    t = max(flops / rate, nbytes / (gpu.hbm_gbps * 1e9 * cal.mem_eff))
+    return floor_us * 1e3 + t * 1e9
 
 
 def conv_channel_padding(cin: int, element_size: int) -> float:
@@ -747,10 +756,19 @@ class RooflineCostModel:
         cout, cin_g = _dims(w)[0], _dims(w)[1]
         window = math.prod(_dims(w)[2:])
         m, n, k = n_img * out_spatial, max(1, cout // groups), cin_g * window
-        if flops is None:
-            flops = 2.0 * groups * m * n * k * (2 if bwd else 1)
+        if flops is None or (bwd and groups > 1):
+            # torch.utils.flop_counter counts a grouped conv's weight gradient as dense (its
+            # transposed-conv trick drops the groups): a depthwise backward came out ~C times
+            # its forward. Each gradient the backward computes costs one forward.
+            grads = sum(1 for g in (a.get("output_mask") or (True, True))[:2] if g) if bwd else 1
+            flops = 2.0 * groups * m * n * k * grads
         nbytes = self._io_bytes(info, a, out)
         prec = _precision(x.dtype, "conv")
+        if groups > 1:
+            grouped = self._grouped_conv_cal(prec, x, bwd)
+            if grouped is not None:
+                ns = grouped_conv_time_ns(grouped, self.gpu, flops, nbytes, cin_g, self.cal.gemm.floor_us)
+                return self._cost(ns, "conv", flops, nbytes)
         pad = conv_channel_padding(cin_g, x.element_size())
         # cuDNN's efficiency differs by layout (NCHW is transposed to NHWC around the kernel),
         # precision and direction: a measured scale for the combination where there is one.
@@ -759,6 +777,16 @@ class RooflineCostModel:
         ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, groups, m, n, k * pad, flops * pad, nbytes,
                           eff_scale=scale, correct=False)
         return self._cost(ns, "conv", flops, nbytes)
+
+    def _grouped_conv_cal(self, prec: str, x: torch.Tensor, bwd: bool) -> GroupedConvCal | None:
+        layout = "conv1d" if x.dim() == 3 else conv_layout(x)
+        direction = "bwd" if bwd else "fwd"
+        table = self.cal.gemm.grouped_conv
+        for p in (prec, {"fp16": "bf16", "fp32": "tf32"}.get(prec, prec)):  # fp16 runs bf16's kernels
+            cal = table.get(f"{p}.{layout}.{direction}")
+            if cal is not None:
+                return cal
+        return None
 
     def _attention(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:
         layout, bwd = ATTENTION_OPS[info.name]
