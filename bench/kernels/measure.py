@@ -824,6 +824,45 @@ def grouped_conv_cases() -> Iterator[Case]:
                 yield grouped_conv_case(n, c, length, r, 1, c, bwd, dtype, False, dims=1)
 
 
+def batch_norm_case(n: int, c: int, hw: int, dtype: torch.dtype, channels_last: bool, bwd: bool) -> Case:
+    """Training-mode batch norm (statistics + normalisation, or its backward) in one layout."""
+    numel = n * c * hw * hw
+    x_b = (2 if dtype != FP32 else 4) * numel
+    prm = {"N": n, "C": c, "H": hw, "W": hw, "layout": "channels_last" if channels_last else "contiguous",
+           "numel": numel, "bwd": bwd}
+    if not bwd:
+        def make():
+            return (_fmt(rand((n, c, hw, hw), dtype), channels_last), rand((c,), FP32), rand((c,), FP32),
+                    rand((c,), FP32), rand((c,), FP32))
+        return Case("native_batch_norm", "norm", [[n, c, hw, hw], [c]], dname(dtype), prm, 8.0 * numel, 2 * x_b,
+                    make, lambda b: aten.native_batch_norm(b[0], b[1], b[2], b[3], b[4], True, 0.1, 1e-5),
+                    in_bytes=x_b)
+
+    def make_bwd():
+        x, w = _fmt(rand((n, c, hw, hw), dtype), channels_last), rand((c,), FP32)
+        _, mean, invstd = aten.native_batch_norm(x, w, rand((c,), FP32), None, None, True, 0.1, 1e-5)
+        return _fmt(rand((n, c, hw, hw), dtype), channels_last), x, w, mean, invstd
+
+    return Case("native_batch_norm_backward", "norm", [[n, c, hw, hw], [n, c, hw, hw]], dname(dtype), prm,
+                12.0 * numel, 3 * x_b, make_bwd,
+                lambda b: aten.native_batch_norm_backward(b[0], b[1], b[2], None, None, b[3], b[4], True, 1e-5,
+                                                          [True, True, True]), in_bytes=2 * x_b)
+
+
+# (N, C, H): the batch-norm layers of ResNets and VGG-style nets at batches 32-256 and of a UNet
+BATCH_NORM_SHAPES = ((128, 64, 112), (128, 64, 56), (128, 128, 56), (128, 256, 56), (128, 128, 28), (128, 512, 28),
+                     (128, 256, 14), (128, 1024, 14), (128, 512, 7), (128, 2048, 7), (32, 64, 112), (32, 256, 56),
+                     (8, 320, 64), (8, 640, 32), (8, 1280, 16), (256, 64, 56), (64, 32, 112))
+
+
+def batch_norm_cases() -> Iterator[Case]:
+    for n, c, hw in BATCH_NORM_SHAPES:
+        for dtype in (BF16, FP32):
+            for cl in (True, False):
+                for bwd in (False, True):
+                    yield batch_norm_case(n, c, hw, dtype, cl, bwd)
+
+
 def spatial_cases() -> Iterator[Case]:
     """Batch and group norm, pooling and upsampling on NCHW activations (bytes-bound kernels)."""
     for n, c, hw, cl in ((128, 64, 112, True), (128, 256, 56, True), (128, 1024, 14, True), (128, 64, 112, False),
@@ -1067,7 +1106,7 @@ GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
     ("embedding", embedding_cases), ("copy", copy_cases), ("random", random_cases),
     ("optimizer", optimizer_cases), ("conv", conv_cases), ("other", other_cases), ("transfer", transfer_cases),
     ("conv_layout", conv_layout_cases), ("spatial", spatial_cases), ("graph", graph_cases),
-    ("conv_grouped", grouped_conv_cases),
+    ("conv_grouped", grouped_conv_cases), ("batch_norm", batch_norm_cases),
 ]
 
 

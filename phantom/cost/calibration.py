@@ -137,6 +137,22 @@ class GroupedConvCal:
 
 
 @dataclass(frozen=True)
+class BatchNormCal:
+    """Training-mode batch norm (statistics and normalisation, or its backward). Measured on the
+    H100 (bench/kernels/measure.py, batch_norm), its time follows the element count, not the
+    bytes (bf16 and fp32 take the same time: the Welford reductions bound it), and in NCHW
+    the statistics kernel works one channel per block, so few channels leave SMs idle (64
+    channels at 112x112: 65 G elements/s, against ~170 in NHWC):
+
+        time = floor + numel / (gelems_per_s * 1e9 * min(1, channels / c_sat))
+    """
+
+    floor_us: float
+    gelems_per_s: float
+    c_sat: float  # channels that fill the GPU (1: the layout does not depend on them)
+
+
+@dataclass(frozen=True)
 class AttnCurve:
     """Flash-attention efficiency (one direction, fwd or bwd).
 
@@ -192,6 +208,9 @@ class Calibration:
     transfer: TransferCal
     notes: dict[str, str] = field(default_factory=dict)  # provenance per constant group
     fit: dict[str, Any] = field(default_factory=dict)  # fit quality per group (calibrate.py)
+    # training-mode batch norm per "<layout>.<fwd|bwd>" (calibrate_norm.py); the norm class's
+    # byte curve where absent
+    batch_norm: dict[str, "BatchNormCal"] = field(default_factory=dict)
 
     def attn_curve(self, backend: str, bwd: bool) -> AttnCurve:
         """The backend's own curve if it was measured, else flash attention's."""
@@ -226,6 +245,7 @@ class Calibration:
             transfer=TransferCal(**d["transfer"]),
             notes=dict(d.get("notes", {})),
             fit=dict(d.get("fit", {})),
+            batch_norm={k: BatchNormCal(**v) for k, v in d.get("batch_norm", {}).items()},
         )
 
 

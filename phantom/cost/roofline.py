@@ -30,6 +30,7 @@ from torch.utils.flop_counter import flop_registry
 from phantom.cost.base import KernelCost
 from phantom.cost.calibration import (
     AttnCurve,
+    BatchNormCal,
     Calibration,
     GemmCal,
     GroupedConvCal,
@@ -861,6 +862,10 @@ class RooflineCostModel:
     def _memory_bound(self, info: OpInfo, a: _Args, out: Any) -> KernelCost | None:
         cls = info.op_class or "other"
         nbytes = self._io_bytes(info, a, out)
+        if info.name in BATCH_NORM_TRAINING:
+            cost = self._batch_norm(info, a, nbytes)
+            if cost is not None:
+                return cost
         largest = max((_numel(t) for t in _tensors((a.args, tuple(a.kwargs.values()), out))), default=0)
         if largest == 0 and nbytes == 0:
             return None  # zero-element ops return before launching
@@ -869,6 +874,30 @@ class RooflineCostModel:
                _reduction_key(info.name, a) if cls == "reduction" else info.name)
         curve = self.cal.mem_curve(cls, key, info.name)
         return self._cost(mem_time_ns(curve, self.gpu, nbytes, flops=flops), cls, flops, nbytes)
+
+
+    def _batch_norm(self, info: OpInfo, a: _Args, nbytes: float) -> KernelCost | None:
+        """Training-mode batch norm (BatchNormCal); None where it is not measured or in eval mode."""
+        bwd = info.name == "native_batch_norm_backward"
+        x = a.get("input", a.args[1] if bwd and len(a.args) > 1 else (a.args[0] if a.args else None))
+        training = a.get("training", a.get("train", True))
+        if not isinstance(x, torch.Tensor) or x.dim() < 2 or not training:
+            return None
+        cal = self.cal.batch_norm.get(f"{conv_layout(x)}.{'bwd' if bwd else 'fwd'}")
+        if cal is None:
+            return None
+        numel = x.numel()
+        ns = batch_norm_time_ns(cal, numel, x.shape[1])
+        flops = FLOPS_PER_ELEMENT.get("norm", 1.0) * numel
+        return self._cost(ns, "norm", flops, nbytes)
+
+
+BATCH_NORM_TRAINING = frozenset({"native_batch_norm", "native_batch_norm_backward"})
+
+
+def batch_norm_time_ns(cal: BatchNormCal, numel: int, channels: int) -> float:
+    rate = cal.gelems_per_s * 1e9 * min(1.0, channels / cal.c_sat)
+    return cal.floor_us * 1e3 + numel / rate * 1e9
 
 
 # --------------------------------------------------------------------------------------
