@@ -6,7 +6,8 @@
     python bench/workloads.py record --out-dir bench/profile/records              # op signatures
 
 Scripts written the way users of each library write them, none of them tuned against phantom
-before its first real run: the Hugging Face `Trainer` (accelerate underneath), timm models with
+before its first real run: the Hugging Face `Trainer` (accelerate underneath; also LoRA
+fine-tuning with peft and gradient checkpointing), timm models with
 fp16 autocast and a GradScaler, and a PyTorch Lightning `Trainer`. The first table of each GPU
 is taken with the kernel database as shipped before these workloads were ever run, so it says
 how phantom does on models it was not built around; a `record` + `phantom profile` round can
@@ -37,6 +38,10 @@ WORKLOADS: dict[str, tuple[str, list[str]]] = {
         "--hidden-size", "2048", "--layers", "16", "--heads", "16", "--kv-heads", "8",
         "--intermediate-size", "5632", "--seq-len", "2048", "--batch-size", "4", "--steps", "10",
         "--warmup", "4"]),
+    "hf-lora-0.9b": ("examples/hf_trainer_train.py", [
+        "--hidden-size", "2048", "--layers", "16", "--heads", "16", "--kv-heads", "8",
+        "--intermediate-size", "5632", "--seq-len", "2048", "--batch-size", "4", "--steps", "10",
+        "--warmup", "4", "--lora-rank", "16", "--gradient-checkpointing"]),
     "timm-vit-b16": ("examples/vision/timm_vit_amp.py", [
         "--model", "vit_base_patch16_224", "--batch-size", "128", "--steps", "12", "--warmup", "4"]),
     "timm-convnext-t": ("examples/vision/timm_vit_amp.py", [

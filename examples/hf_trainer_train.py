@@ -2,7 +2,8 @@
 
 The way most Hugging Face users train: `TrainingArguments` + `Trainer` over a `Dataset`, with
 accelerate underneath (DDP when launched on several GPUs, `find_unused_parameters` as the
-Trainer sets it, a pinned-memory DataLoader). A callback prints each step's wall time, and the
+Trainer sets it, a pinned-memory DataLoader); optionally gradient checkpointing and LoRA
+adapters (peft), as fine-tuning runs use them. A callback prints each step's wall time, and the
 Trainer prints its own `train_runtime` and samples/s at the end.
 
     torchrun --nproc-per-node 2 examples/hf_trainer_train.py          # real GPUs
@@ -59,6 +60,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4, help="per device")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3, help="first steps left out of the median")
+    parser.add_argument("--gradient-checkpointing", action="store_true")
+    parser.add_argument("--lora-rank", type=int, default=0,
+                        help="fine-tune LoRA adapters of this rank on the attention and MLP projections "
+                             "(needs peft); 0: train every weight")
     parser.add_argument("--output-dir", default="/tmp/hf_trainer_train")
     args = parser.parse_args()
 
@@ -67,10 +72,16 @@ def main() -> None:
                          intermediate_size=args.intermediate_size, vocab_size=args.vocab_size,
                          max_position_embeddings=args.seq_len)
     model = LlamaForCausalLM(config)
+    if args.lora_rank:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=args.lora_rank, lora_alpha=2 * args.lora_rank, task_type="CAUSAL_LM",
+                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                 "gate_proj", "up_proj", "down_proj"]))
     training_args = TrainingArguments(
         output_dir=args.output_dir, per_device_train_batch_size=args.batch_size, max_steps=args.steps,
         bf16=True, learning_rate=1e-4, logging_steps=args.steps, save_strategy="no", report_to=[],
-        dataloader_pin_memory=True, disable_tqdm=True)
+        dataloader_pin_memory=True, disable_tqdm=True, gradient_checkpointing=args.gradient_checkpointing)
     timer = StepTimer()
     rows = args.batch_size * training_args.world_size * args.steps
     trainer = Trainer(model=model, args=training_args, callbacks=[timer],

@@ -111,8 +111,9 @@ def test_hugging_face_trainer_on_two_ranks(tmp_path):
     # 4 layers of 512 with a 32k vocabulary, 4 x 512 tokens per GPU: a few ms of kernels and a
     # host-bound step of tens of ms on an H100, not seconds
     assert 2.0 < summary["median_iter_ms"] < 300.0
-    # the Trainer's own clock covers the steps (and little else)
-    assert sum(steps) / 1e3 <= summary["train_runtime_s"] < 3 * sum(steps) / 1e3
+    # the Trainer's own clock covers the steps and its set-up inside train() (accelerate's DDP
+    # wrapping, the DataLoader), in simulated time: the same run takes 5-15 s of wall time here
+    assert sum(steps) / 1e3 <= summary["train_runtime_s"] < 2.0
     data = json.loads(report.read_text())
     assert data["iterations"]["count"] == 6
     assert 0.2 < summary["peak_alloc_gib"] < 4.0
