@@ -172,9 +172,10 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     if not os.path.isfile(script):
         if os.path.basename(script).startswith("python") and len(target) > 1:
             # `phantom run -- python train.py` is the commonest slip: torchrun takes the script itself.
+            rest = " ".join(target[1:])
+            fixed = f"phantom run [options] {rest}" if target[1] == "-m" else f"phantom run [options] -- {rest}"
             raise UsageError(f"phantom run takes the script itself, as torchrun does: drop '{script}' "
-                             f"and run `phantom run [options] -- {' '.join(target[1:])}` "
-                             "(or `-m MODULE` for a module)")
+                             f"and run `{fixed}`")
         raise UsageError(f"script not found: {script}")
     config.script, config.args = script, target[1:]
     if args.report:

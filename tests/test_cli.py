@@ -46,6 +46,8 @@ def test_a_leading_python_is_named_as_the_slip_it_is(tmp_path):
     proc = run_phantom(["run", "--", "python", str(s), "--lr", "1"])
     assert proc.returncode == 2
     assert "drop 'python'" in proc.stderr and f"-- {s} --lr 1" in proc.stderr
+    proc = run_phantom(["run", "--", "python3", "-m", "torchtitan.train", "--steps", "2"])
+    assert proc.returncode == 2 and "run [options] -m torchtitan.train --steps 2`" in proc.stderr
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "1e9"])
