@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 
 from phantom.hardware.gpus import UnknownGPUError, get_gpu, list_gpus
@@ -170,7 +171,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         raise UsageError("no script given: phantom run [options] [--] SCRIPT.py [ARGS...]")
     script = target[0]
     if not os.path.isfile(script):
-        if os.path.basename(script).startswith("python") and len(target) > 1:
+        if re.fullmatch(r"python[\d.]*", os.path.basename(script)) and len(target) > 1:
             # `phantom run -- python train.py` is the commonest slip: torchrun takes the script itself.
             rest = " ".join(target[1:])
             fixed = f"phantom run [options] {rest}" if target[1] == "-m" else f"phantom run [options] -- {rest}"

@@ -118,7 +118,6 @@ class Simulation:
         self.ops_intercepted = 0
         self.data_reads = 0
         self._storages: dict[int, list] = {}  # live storage key -> [block, recorder's record or None]
-        self._set_storage_address = storage_address_setter()
         self._streams = _StreamState()
         self._cublas_workspaces: dict[int, Any] = {}
         self._next_stream_id = 1
@@ -412,8 +411,9 @@ class Simulation:
     def _place(self, storage: Any, block: Any) -> None:
         """The storage's data_ptr() is its block's simulated address, as on a GPU: distinct
         for live storages, reused as the caching allocator reuses blocks."""
-        if self._set_storage_address is not None:
-            self._set_storage_address(storage._cdata, block.ptr if block is not None else 0)
+        set_address = storage_address_setter()
+        if set_address is not None:
+            set_address(storage._cdata, block.ptr if block is not None else 0)
 
     def _malloc(self, nbytes: int, stream_id: int):
         try:

@@ -353,6 +353,33 @@ def test_batch_norm_follows_elements_and_nchw_channels(h100):
     assert nchw.gpu_ns > 2 * nhwc.gpu_ns  # measured: 1571 against 621 us
 
 
+def test_grouped_model_stays_within_its_sweep(h100):
+    # 2 groups of 64 channels: a tensor-core conv, priced by the implicit-GEMM model (the
+    # grouped model, fitted up to 16 channels per group, made its backward faster than its forward)
+    x, w = t(32, 128, 56, 56), t(128, 64, 3, 3)
+    geo = ([1, 1], [1, 1], [1, 1], False, [0, 0], 2)
+    fwd = est(h100, aten.convolution.default, x, w, None, *geo)
+    bwd = est(h100, aten.convolution_backward.default, t(32, 128, 56, 56), x, w, None, *geo, [True, True, False])
+    assert bwd.gpu_ns > fwd.gpu_ns
+
+
+def test_batch_norm_1d_takes_the_channels_last_kernels(h100):
+    # ATen runs (N, C) batch norm with its channels-last kernels: no per-channel penalty
+    x2d = t(65536, 64)
+    x4d = t(1024, 64, 8, 8)  # as many elements in NCHW: one block per channel
+    a = est(h100, aten.native_batch_norm.default, x2d, t(64), t(64), None, None, True, 0.1, 1e-5)
+    b = est(h100, aten.native_batch_norm.default, x4d, t(64), t(64), None, None, True, 0.1, 1e-5)
+    assert a.gpu_ns < b.gpu_ns
+
+
+def test_other_architectures_drop_the_grouped_and_batch_norm_tables():
+    from phantom.cost.calibration import load_calibration as load
+
+    h100, a100 = load(get_gpu("H100")), load(get_gpu("A100"))
+    assert h100.gemm.grouped_conv and h100.batch_norm
+    assert not a100.gemm.grouped_conv and not a100.batch_norm
+
+
 def test_fit_gemm_residuals_recovers_a_known_correction():
     """Rows made from the shipped curve times a known smooth factor: the stored residuals are that
     factor, and the cross-validated error is small."""

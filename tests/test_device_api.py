@@ -405,6 +405,25 @@ def test_profiler_with_cuda_activity_records_the_cpu_side_quietly(run_script):
     assert proc.stderr.count("the profiler's CUDA activity is not simulated") == 1
 
 
+def test_cuda_only_profile_and_deepcopy_of_a_cuda_model(run_script):
+    # a CUDA-only profile keeps its CPU side rather than profiling nothing; deepcopy of a
+    # model on the device (EMA weights) copies tensors, not the simulation
+    proc, _ = run_script("""
+        import copy
+        import torch
+        from torch.profiler import profile, ProfilerActivity
+        m = torch.nn.Linear(64, 64).cuda()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            m(torch.randn(8, 64, device="cuda"))
+        print("profiled=", len(prof.key_averages()) > 0)
+        ema = copy.deepcopy(m)
+        print("copied=", ema.weight.device, ema.weight.data_ptr() != m.weight.data_ptr(),
+              ema(torch.randn(2, 64, device="cuda")).shape == (2, 64))
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout) == {"profiled": "True", "copied": "cuda:0 True True"}
+
+
 def test_an_optimizer_stepping_others_marks_one_iteration(run_script):
     """An Optimizer subclass whose step() steps one optimizer per model part (torchtitan's
     OptimizersContainer) marks one iteration per step, not one per optimizer."""

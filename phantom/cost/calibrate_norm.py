@@ -24,10 +24,12 @@ from phantom.cost.calibration import BatchNormCal, read_calibration, write_calib
 from phantom.cost.roofline import batch_norm_time_ns
 from phantom.hardware import get_gpu
 
-BOUNDS_START = {"bn_floor_us": 5.0, "bn_gelems_per_s": 150.0, "bn_c_sat": 128.0}
+# where the fit starts (calibrate.BOUNDS holds the bounds)
+START = {"bn_floor_us": 5.0, "bn_gelems_per_s": 150.0, "bn_c_sat": 128.0}
 
 
 def key(row: dict) -> str | None:
+    """The "<layout>.<fwd|bwd>" of a batch_norm sweep row, None for other rows."""
     if row.get("op") not in ("native_batch_norm", "native_batch_norm_backward"):
         return None
     return f"{row['params']['layout']}.{'bwd' if row['op'].endswith('backward') else 'fwd'}"
@@ -50,7 +52,7 @@ def fit_batch_norm(rows: list[dict]) -> tuple[dict[str, BatchNormCal], dict[str,
             cal = BatchNormCal(p["bn_floor_us"], p["bn_gelems_per_s"], p["bn_c_sat"])
             return sum(sq_log_err(predict_ns(cal, r), r["median_us"]) for r in rows) / len(rows)
 
-        params, _ = fit(tuple(BOUNDS_START), dict(BOUNDS_START), loss)
+        params, _ = fit(tuple(START), dict(START), loss)
         cal = BatchNormCal(round(params["bn_floor_us"], 3), round(params["bn_gelems_per_s"], 3),
                            round(params["bn_c_sat"], 2))
         out[k] = cal

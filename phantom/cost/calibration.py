@@ -343,7 +343,9 @@ def scale_calibration(cal: Calibration, ref: GPUSpec, gpu: GPUSpec) -> Calibrati
                                                             f"sat_blocks x{sm_ratio:.3f} (SM ratio)"})
     if gpu.compute_capability[0] != ref.compute_capability[0]:
         # The residuals correct one architecture's cuBLAS kernels; another's start from the curve.
-        scaled = replace(scaled, gemm=replace(scaled.gemm, residuals={}))
+        # The grouped-conv and batch-norm tables are absolute rates of one architecture's
+        # kernels: another's fall back to the implicit-GEMM and byte models.
+        scaled = replace(scaled, gemm=replace(scaled.gemm, residuals={}, grouped_conv={}), batch_norm={})
         scaled = _apply_overrides(scaled, gpu.compute_capability[0])
     return scaled
 

@@ -255,6 +255,12 @@ def gemm_time_ns(cal: GemmCal, prec: str, gpu: GPUSpec, batch: int, m: int, n: i
     return ns
 
 
+# The grouped-conv model is fitted up to ResNeXt's 16 input channels per group (the sweep's
+# widest); wider groups run tensor-core kernels the implicit-GEMM model prices (its rate,
+# extrapolated, put a 2-group conv's backward at 707 TFLOP/s).
+GROUPED_CONV_MAX_CIN = 16
+
+
 def grouped_conv_time_ns(cal: GroupedConvCal, gpu: GPUSpec, flops: float, nbytes: float, cin_per_group: int,
                          floor_us: float) -> float:
     """A grouped or depthwise convolution (see GroupedConvCal)."""
@@ -765,7 +771,8 @@ class RooflineCostModel:
             flops = 2.0 * groups * m * n * k * grads
         nbytes = self._io_bytes(info, a, out)
         prec = _precision(x.dtype, "conv")
-        if groups > 1:
+        transposed = bool(a.get("transposed", False))
+        if 1 < groups and cin_g <= GROUPED_CONV_MAX_CIN and not transposed:
             grouped = self._grouped_conv_cal(prec, x, bwd)
             if grouped is not None:
                 ns = grouped_conv_time_ns(grouped, self.gpu, flops, nbytes, cin_g, self.cal.gemm.floor_us)
@@ -783,7 +790,9 @@ class RooflineCostModel:
         layout = "conv1d" if x.dim() == 3 else conv_layout(x)
         direction = "bwd" if bwd else "fwd"
         table = self.cal.gemm.grouped_conv
-        for p in (prec, {"fp16": "bf16", "fp32": "tf32"}.get(prec, prec)):  # fp16 runs bf16's kernels
+        # The sweep measured bf16 and fp32-with-tf32: fp16 runs the same 16-bit kernels as bf16,
+        # and fp32 without tf32 the same direct (non-tensor-core) kernels for depthwise convs.
+        for p in (prec, {"fp16": "bf16", "fp32": "tf32"}.get(prec, prec)):
             cal = table.get(f"{p}.{layout}.{direction}")
             if cal is not None:
                 return cal
@@ -875,19 +884,20 @@ class RooflineCostModel:
         curve = self.cal.mem_curve(cls, key, info.name)
         return self._cost(mem_time_ns(curve, self.gpu, nbytes, flops=flops), cls, flops, nbytes)
 
-
     def _batch_norm(self, info: OpInfo, a: _Args, nbytes: float) -> KernelCost | None:
-        """Training-mode batch norm (BatchNormCal); None where it is not measured or in eval mode."""
+        """ATen's training-mode batch norm (BatchNormCal); None where it is not measured, in
+        eval mode, or for zero elements. cuDNN's batch norm (fp32 and fp16 inputs dispatch to
+        it) was not measured and keeps the byte curve."""
         bwd = info.name == "native_batch_norm_backward"
         x = a.get("input", a.args[1] if bwd and len(a.args) > 1 else (a.args[0] if a.args else None))
         training = a.get("training", a.get("train", True))
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or not training:
             return None
-        cal = self.cal.batch_norm.get(f"{conv_layout(x)}.{'bwd' if bwd else 'fwd'}")
-        if cal is None:
+        cal = self.cal.batch_norm.get(f"{_batch_norm_layout(x)}.{'bwd' if bwd else 'fwd'}")
+        numel = _numel(x)
+        if cal is None or numel == 0:
             return None
-        numel = x.numel()
-        ns = batch_norm_time_ns(cal, numel, x.shape[1])
+        ns = batch_norm_time_ns(cal, numel, max(1, _dims(x)[1]))
         flops = FLOPS_PER_ELEMENT.get("norm", 1.0) * numel
         return self._cost(ns, "norm", flops, nbytes)
 
@@ -895,7 +905,19 @@ class RooflineCostModel:
 BATCH_NORM_TRAINING = frozenset({"native_batch_norm", "native_batch_norm_backward"})
 
 
+def _batch_norm_layout(x: torch.Tensor) -> str:
+    """Which of ATen's batch-norm kernels runs (batch_norm_use_channels_last_kernels): the
+    channels-last ones for NHWC/NDHWC inputs and for any input whose channel dimension is the
+    innermost (a BatchNorm1d over (N, C)), the per-channel NCHW ones otherwise."""
+    if x.dim() == 2 or (x.dim() > 2 and x.stride(1) == 1):
+        return "channels_last"
+    if x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d):
+        return "channels_last"
+    return conv_layout(x)
+
+
 def batch_norm_time_ns(cal: BatchNormCal, numel: int, channels: int) -> float:
+    """Training-mode batch norm over `numel` elements in `channels` channels (BatchNormCal)."""
     rate = cal.gelems_per_s * 1e9 * min(1.0, channels / cal.c_sat)
     return cal.floor_us * 1e3 + numel / rate * 1e9
 

@@ -116,6 +116,13 @@ class PhantomMode(FakeTensorMode):
         self.sim = sim
         self._depth = 0
 
+    def __deepcopy__(self, memo: dict) -> "PhantomMode":
+        # Tensor.__deepcopy__ deep-copies a FakeTensor's __dict__, which holds its fake_mode:
+        # `copy.deepcopy(model)` (EMA weights, a reference model) copied this mode, and with it
+        # the whole Simulation, and made its copies fake tensors of another mode. There is one
+        # simulated device per process: the copies belong to this one.
+        return self
+
     @property
     def avoid_device_init(self) -> bool:
         # The fake CUDA device has no memory: never constant-fold through a real CUDA copy.

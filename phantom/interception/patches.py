@@ -74,7 +74,8 @@ def _patch_profiler_cuda_activity() -> None:
     @functools.wraps(original)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if kwargs.get("use_cuda") or kwargs.get("use_device") == "cuda":
-            kwargs["use_cuda"], kwargs["use_device"] = False, None
+            # a CUDA-only profile keeps the CPU side, or it would profile nothing
+            kwargs["use_cuda"], kwargs["use_device"], kwargs["use_cpu"] = False, None, True
             if not warned:
                 warned.append(True)
                 warnings.warn("phantom: the profiler's CUDA activity is not simulated; it records "

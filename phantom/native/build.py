@@ -15,6 +15,7 @@ torch/version.py, since torch must not be imported yet):
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import importlib.util
 import os
@@ -140,22 +141,25 @@ def load_fake_cuda(quiet: bool = True) -> Path:
     return path
 
 
-def storage_address_setter() -> Callable[[int, int], None] | None:
+@functools.cache
+def storage_address_setter() -> Callable[[int, int], int] | None:
     """`set(storage._cdata, address)`: give a fake storage a simulated device address
     (fake_cuda.cpp, phantom_set_storage_address); None where the library is not loaded (a
-    Simulation built in a plain process, as unit tests do)."""
+    Simulation built in a plain process, as unit tests do). Looked up once per process, and
+    kept out of the Simulation: a ctypes function there cannot be deep-copied or pickled."""
     path = library_path()
     if not path.exists():
         return None
     try:
         # dlopen of a loaded library returns the same handle; RTLD_NOLOAD keeps a library
         # that this process never loaded (torch imported without phantom run) out.
-        lib = ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
+        # PyDLL: a call keeps the GIL (a few pointer writes need no release and re-acquire)
+        lib = ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
     except OSError:
         return None
     setter = lib.phantom_set_storage_address
     setter.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
-    setter.restype = None
+    setter.restype = ctypes.c_int
     return setter
 
 

@@ -236,9 +236,14 @@ extern "C" int phantom_fake_cuda_loaded() { return 1; }
 // DeepSpeed's parameter counts); with all of them 0 every storage looked like one. This sets
 // the pointer to the simulated device address of the storage's block. Nothing reads through
 // it: meta kernels never touch data, and the DataPtr has no deleter, so nothing frees it.
-// `storage_impl` is the StorageImpl* Python exposes as UntypedStorage._cdata.
-extern "C" void phantom_set_storage_address(void* storage_impl, uintptr_t address) {
+// `storage_impl` is the StorageImpl* Python exposes as UntypedStorage._cdata; only meta
+// storages (a fake tensor's) are touched: returns 1 if it set the pointer, 0 otherwise. The
+// context is the pointer itself, as for a plain allocation, so copy-on-write (`_lazy_clone`)
+// takes it as a simple data pointer.
+extern "C" int phantom_set_storage_address(void* storage_impl, uintptr_t address) {
   auto* storage = static_cast<c10::StorageImpl*>(storage_impl);
-  storage->set_data_ptr_noswap(
-      c10::DataPtr(reinterpret_cast<void*>(address), storage->device()));
+  if (storage == nullptr || !storage->device().is_meta()) return 0;
+  void* data = reinterpret_cast<void*>(address);
+  storage->set_data_ptr_noswap(c10::DataPtr(data, data, &c10::detail::deleteNothing, storage->device()));
+  return 1;
 }
