@@ -353,6 +353,30 @@ def test_batch_norm_follows_elements_and_nchw_channels(h100):
     assert nchw.gpu_ns > 2 * nhwc.gpu_ns  # measured: 1571 against 621 us
 
 
+def test_cudnn_batch_norm_against_its_sweep(h100):
+    # fp32 and fp16 inputs dispatch to cuDNN's batch norm, whose rate depends on the dtype
+    import json
+    from pathlib import Path
+
+    rows = json.loads((Path(__file__).parents[1] / "bench/kernels/results/sweep_cudnn_bn_H100.json").read_text())["rows"]
+    errors = []
+    for r in rows:
+        p = r["params"]
+        x = t(p["N"], p["C"], p["H"], p["W"], dtype={"fp16": torch.float16, "fp32": torch.float32}[r["dtype"]])
+        if p["layout"] == "channels_last":
+            x = x.contiguous(memory_format=torch.channels_last)
+        w = t(p["C"], dtype=torch.float32)
+        if p["bwd"]:
+            cost = est(h100, aten.cudnn_batch_norm_backward.default, x, torch.empty_like(x), w, w, w, w, w, 1e-5,
+                       torch.empty(0, dtype=torch.uint8, device=META))
+        else:
+            cost = est(h100, aten.cudnn_batch_norm.default, x, w, w, w, w, True, 0.1, 1e-5)
+        errors.append(cost.gpu_ns / (r["median_us"] * 1e3))
+    assert len(errors) == 136
+    log_errs = sorted(abs(math.log(e)) for e in errors)
+    assert math.exp(log_errs[len(log_errs) // 2]) < 1.2 and math.exp(log_errs[-1]) < 2.3
+
+
 def test_grouped_model_stays_within_its_sweep(h100):
     # 2 groups of 64 channels: a tensor-core conv, priced by the implicit-GEMM model (the
     # grouped model, fitted up to 16 channels per group, made its backward faster than its forward)

@@ -824,12 +824,16 @@ def grouped_conv_cases() -> Iterator[Case]:
                 yield grouped_conv_case(n, c, length, r, 1, c, bwd, dtype, False, dims=1)
 
 
-def batch_norm_case(n: int, c: int, hw: int, dtype: torch.dtype, channels_last: bool, bwd: bool) -> Case:
-    """Training-mode batch norm (statistics + normalisation, or its backward) in one layout."""
+def batch_norm_case(n: int, c: int, hw: int, dtype: torch.dtype, channels_last: bool, bwd: bool,
+                    cudnn: bool = False) -> Case:
+    """Training-mode batch norm (statistics + normalisation, or its backward) in one layout:
+    ATen's kernel (native_batch_norm), or cuDNN's (`cudnn`)."""
     numel = n * c * hw * hw
     x_b = (2 if dtype != FP32 else 4) * numel
     prm = {"N": n, "C": c, "H": hw, "W": hw, "layout": "channels_last" if channels_last else "contiguous",
            "numel": numel, "bwd": bwd}
+    if cudnn:
+        return _cudnn_batch_norm_case(n, c, hw, dtype, channels_last, bwd, prm, numel, x_b)
     if not bwd:
         def make():
             return (_fmt(rand((n, c, hw, hw), dtype), channels_last), rand((c,), FP32), rand((c,), FP32),
@@ -849,6 +853,29 @@ def batch_norm_case(n: int, c: int, hw: int, dtype: torch.dtype, channels_last: 
                                                           [True, True, True]), in_bytes=2 * x_b)
 
 
+def _cudnn_batch_norm_case(n: int, c: int, hw: int, dtype: torch.dtype, channels_last: bool, bwd: bool, prm: dict,
+                           numel: int, x_b: int) -> Case:
+    """fp32 and fp16 inputs: what F.batch_norm dispatches to on a GPU (cuDNN's kernels; bf16
+    inputs take ATen's native_batch_norm)."""
+    def make():
+        return (_fmt(rand((n, c, hw, hw), dtype), channels_last), rand((c,), FP32), rand((c,), FP32),
+                rand((c,), FP32), rand((c,), FP32))
+    if not bwd:
+        return Case("cudnn_batch_norm", "norm", [[n, c, hw, hw], [c]], dname(dtype), prm, 8.0 * numel, 2 * x_b,
+                    make, lambda b: aten.cudnn_batch_norm(b[0], b[1], b[2], b[3], b[4], True, 0.1, 1e-5),
+                    in_bytes=x_b)
+
+    def make_bwd():
+        x, w, bias, rm, rv = make()
+        _, mean, var, reserve = aten.cudnn_batch_norm(x, w, bias, rm, rv, True, 0.1, 1e-5)
+        return _fmt(rand((n, c, hw, hw), dtype), channels_last), x, w, rm, rv, mean, var, reserve
+
+    return Case("cudnn_batch_norm_backward", "norm", [[n, c, hw, hw], [n, c, hw, hw]], dname(dtype), prm,
+                12.0 * numel, 3 * x_b, make_bwd,
+                lambda b: aten.cudnn_batch_norm_backward(b[1], b[0], b[2], b[3], b[4], b[5], b[6], 1e-5, b[7]),
+                in_bytes=2 * x_b)
+
+
 # (N, C, H): the batch-norm layers of ResNets and VGG-style nets at batches 32-256 and of a UNet
 BATCH_NORM_SHAPES = ((128, 64, 112), (128, 64, 56), (128, 128, 56), (128, 256, 56), (128, 128, 28), (128, 512, 28),
                      (128, 256, 14), (128, 1024, 14), (128, 512, 7), (128, 2048, 7), (32, 64, 112), (32, 256, 56),
@@ -861,6 +888,16 @@ def batch_norm_cases() -> Iterator[Case]:
             for cl in (True, False):
                 for bwd in (False, True):
                     yield batch_norm_case(n, c, hw, dtype, cl, bwd)
+
+
+def cudnn_batch_norm_cases() -> Iterator[Case]:
+    """cuDNN's batch norm, which fp32 and fp16 inputs take (the batch_norm group's fp32 rows
+    timed ATen's kernel, which only bf16 inputs take on a GPU)."""
+    for n, c, hw in BATCH_NORM_SHAPES:
+        for dtype in (FP32, FP16):
+            for cl in (True, False):
+                for bwd in (False, True):
+                    yield batch_norm_case(n, c, hw, dtype, cl, bwd, cudnn=True)
 
 
 def spatial_cases() -> Iterator[Case]:
@@ -1107,6 +1144,7 @@ GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
     ("optimizer", optimizer_cases), ("conv", conv_cases), ("other", other_cases), ("transfer", transfer_cases),
     ("conv_layout", conv_layout_cases), ("spatial", spatial_cases), ("graph", graph_cases),
     ("conv_grouped", grouped_conv_cases), ("batch_norm", batch_norm_cases),
+    ("cudnn_batch_norm", cudnn_batch_norm_cases),
 ]
 
 

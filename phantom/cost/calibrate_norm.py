@@ -2,6 +2,8 @@
 
     python -m phantom.cost.calibrate_norm bench/kernels/results/sweep_bn_grouped_H100.json \\
         --also phantom/cost/data/H200.json
+    python -m phantom.cost.calibrate_norm bench/kernels/results/sweep_cudnn_bn_H100.json \\
+        --also phantom/cost/data/H200.json          # cuDNN's kernels (fp32, fp16 inputs)
 
 The norm class's byte curve prices batch norm like a layer norm: bytes in and out at a
 bandwidth. The `batch_norm` group of the kernel sweep (bench/kernels/measure.py: 17 ResNet, VGG
@@ -29,10 +31,14 @@ START = {"bn_floor_us": 5.0, "bn_gelems_per_s": 150.0, "bn_c_sat": 128.0}
 
 
 def key(row: dict) -> str | None:
-    """The "<layout>.<fwd|bwd>" of a batch_norm sweep row, None for other rows."""
-    if row.get("op") not in ("native_batch_norm", "native_batch_norm_backward"):
+    """The "<layout>.<fwd|bwd>" of an ATen batch-norm sweep row, "cudnn.<dtype>.<layout>.<fwd|bwd>"
+    of a cuDNN one (whose rate depends on the dtype), None for other rows."""
+    op = row.get("op", "")
+    if op not in ("native_batch_norm", "native_batch_norm_backward", "cudnn_batch_norm",
+                  "cudnn_batch_norm_backward"):
         return None
-    return f"{row['params']['layout']}.{'bwd' if row['op'].endswith('backward') else 'fwd'}"
+    k = f"{row['params']['layout']}.{'bwd' if op.endswith('backward') else 'fwd'}"
+    return f"cudnn.{row['dtype']}.{k}" if op.startswith("cudnn") else k
 
 
 def predict_ns(cal: BatchNormCal, row: dict) -> float:
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
                                    f"the {gpu.name}'s fit ({source}): same die and clocks; calibrate_norm.py")
         if i == 0:
             cal.fit.update({f"batch_norm.{k}": q for k, q in qualities.items()})
-        write_calibration(replace(cal, batch_norm=fitted), path)
+        # a sweep of one kind of kernel (ATen's or cuDNN's) keeps the other's fit
+        write_calibration(replace(cal, batch_norm={**cal.batch_norm, **fitted}), path)
         print(f"wrote {path}")
     return 0
 

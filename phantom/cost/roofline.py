@@ -885,15 +885,17 @@ class RooflineCostModel:
         return self._cost(mem_time_ns(curve, self.gpu, nbytes, flops=flops), cls, flops, nbytes)
 
     def _batch_norm(self, info: OpInfo, a: _Args, nbytes: float) -> KernelCost | None:
-        """ATen's training-mode batch norm (BatchNormCal); None where it is not measured, in
-        eval mode, or for zero elements. cuDNN's batch norm (fp32 and fp16 inputs dispatch to
-        it) was not measured and keeps the byte curve."""
-        bwd = info.name == "native_batch_norm_backward"
-        x = a.get("input", a.args[1] if bwd and len(a.args) > 1 else (a.args[0] if a.args else None))
+        """Training-mode batch norm (BatchNormCal): ATen's kernel (bf16 inputs) or cuDNN's (fp32
+        and fp16 inputs); None where it is not measured, in eval mode, or for zero elements."""
+        bwd = info.name.endswith("_backward")
+        x = a.get("input")
         training = a.get("training", a.get("train", True))
         if not isinstance(x, torch.Tensor) or x.dim() < 2 or not training:
             return None
-        cal = self.cal.batch_norm.get(f"{_batch_norm_layout(x)}.{'bwd' if bwd else 'fwd'}")
+        key = f"{_batch_norm_layout(x)}.{'bwd' if bwd else 'fwd'}"
+        if info.name.startswith("cudnn"):  # cuDNN's kernels read bytes: their rate depends on the dtype
+            key = f"cudnn.{_DTYPE_NAMES.get(x.dtype, 'fp32')}.{key}"
+        cal = self.cal.batch_norm.get(key)
         numel = _numel(x)
         if cal is None or numel == 0:
             return None
@@ -902,7 +904,8 @@ class RooflineCostModel:
         return self._cost(ns, "norm", flops, nbytes)
 
 
-BATCH_NORM_TRAINING = frozenset({"native_batch_norm", "native_batch_norm_backward"})
+BATCH_NORM_TRAINING = frozenset({"native_batch_norm", "native_batch_norm_backward", "cudnn_batch_norm",
+                                 "cudnn_batch_norm_backward"})
 
 
 def _batch_norm_layout(x: torch.Tensor) -> str:
