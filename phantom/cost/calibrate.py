@@ -166,6 +166,16 @@ def fit(names: Sequence[str], start: dict[str, float], loss: Callable[[dict[str,
     return {n: _to_param(n, zi) for n, zi in zip(names, z)}, f(z)
 
 
+def rows_by_key(rows: Sequence[dict], key: Callable[[dict], str | None]) -> dict[str, list[dict]]:
+    """Sweep rows grouped by `key(row)`, in key order; rows whose key is None are left out."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        k = key(r)
+        if k is not None:
+            groups.setdefault(k, []).append(r)
+    return dict(sorted(groups.items()))
+
+
 def sq_log_err(pred_ns: float, meas_us: float) -> float:
     return (math.log(max(pred_ns, 1e-3) / (meas_us * 1e3))) ** 2
 

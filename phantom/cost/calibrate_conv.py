@@ -28,7 +28,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from phantom.cost.calibrate import fit, quality, sq_log_err
+from phantom.cost.calibrate import fit, quality, rows_by_key, sq_log_err
 from phantom.cost.calibration import GroupedConvCal, read_calibration, write_calibration
 from phantom.cost.roofline import conv_channel_padding, gemm_time_ns, grouped_conv_time_ns
 from phantom.hardware import get_gpu
@@ -68,13 +68,9 @@ def predict_grouped_ns(cal, gpu, row: dict, g: GroupedConvCal) -> float:
 
 
 def fit_dense(cal, gpu, rows: list[dict]) -> dict[str, float]:
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        k = group_key(r)
-        if k is not None:
-            groups.setdefault(k, []).append(r)
+    groups = rows_by_key(rows, group_key)
     scales: dict[str, float] = {}
-    for k, rows in sorted(groups.items()):
+    for k, rows in groups.items():
         params, _ = fit(("conv_scale",), {"conv_scale": cal.gemm.conv_scale},
                         lambda p, rows=rows: sum(sq_log_err(predict_ns(cal, gpu, r, p["conv_scale"]), r["median_us"])
                                                  for r in rows) / len(rows))
@@ -86,14 +82,10 @@ def fit_dense(cal, gpu, rows: list[dict]) -> dict[str, float]:
 
 
 def fit_grouped(cal, gpu, rows: list[dict]) -> dict[str, GroupedConvCal]:
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        k = grouped_key(r)
-        if k is not None:
-            groups.setdefault(k, []).append(r)
+    groups = rows_by_key(rows, grouped_key)
     out: dict[str, GroupedConvCal] = {}
     names = ("grouped_tflops", "grouped_alpha", "grouped_mem_eff")
-    for k, rows in sorted(groups.items()):
+    for k, rows in groups.items():
         # a depthwise kernel's rate: ~10 TFLOP/s on CUDA cores; the alpha only matters where
         # the rows have several channels per group (conv1d rows have one: alpha stays put)
         start = {"grouped_tflops": 5.0, "grouped_alpha": 1.0, "grouped_mem_eff": 0.6}

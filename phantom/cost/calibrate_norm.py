@@ -21,7 +21,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-from phantom.cost.calibrate import fit, quality, sq_log_err
+from phantom.cost.calibrate import fit, quality, rows_by_key, sq_log_err
 from phantom.cost.calibration import BatchNormCal, read_calibration, write_calibration
 from phantom.cost.roofline import batch_norm_time_ns
 from phantom.hardware import get_gpu
@@ -47,13 +47,9 @@ def predict_ns(cal: BatchNormCal, row: dict) -> float:
 
 
 def fit_batch_norm(rows: list[dict]) -> tuple[dict[str, BatchNormCal], dict[str, dict]]:
-    groups: dict[str, list[dict]] = {}
-    for r in rows:
-        k = key(r)
-        if k is not None:
-            groups.setdefault(k, []).append(r)
+    groups = rows_by_key(rows, key)
     out, qualities = {}, {}
-    for k, rows in sorted(groups.items()):
+    for k, rows in groups.items():
         def loss(p, rows=rows):
             cal = BatchNormCal(p["bn_floor_us"], p["bn_gelems_per_s"], p["bn_c_sat"])
             return sum(sq_log_err(predict_ns(cal, r), r["median_us"]) for r in rows) / len(rows)
