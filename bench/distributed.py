@@ -160,7 +160,7 @@ def cmd_real(args: argparse.Namespace) -> None:
     print(f"\n{env['device']}  (results in {args.out})")
     print(f"{'config':<13} {'params':>7} {'ms/iter':>9} {'alloc r0':>9} {'alloc max':>10} {'resv max':>9}  est GiB")
     for name, r in results.items():
-        c = next(c for c in CONFIGS if c.name == name)
+        c = next(c for c in CONFIGS + HOST_BOUND if c.name == name)
         if r.get("error"):
             print(f"{name:<13} {r['params'] / 1e6:>6.0f}M  FAILED: {r['error']}")
         else:
@@ -176,7 +176,8 @@ def cmd_sim(args: argparse.Namespace) -> None:
         for c in select(args.configs, args.suite):
             report_path = Path(tmp) / f"{c.name}.json"
             cmd = [*phantom, "run", "--nproc-per-node", str(args.nproc), "--gpu", args.gpu, "--quiet",
-                   "--report", str(report_path), "--", SCRIPT, *c.args(args.steps, args.warmup)]
+                   "--report", str(report_path), *shlex.split(args.phantom_args),
+                   "--", SCRIPT, *c.args(args.steps, args.warmup)]
             r = run_one(cmd, args.timeout)
             report = json.loads(report_path.read_text()) if report_path.exists() else {}
             rows.append({"config": c.name, "params": r.get("params", c.params()), "sim": r,
@@ -243,6 +244,8 @@ def main() -> None:
     p.add_argument("--out", help="write the markdown table here")
     p.add_argument("--json", help="write all results (with phantom's reports) here")
     p.add_argument("--phantom", help="command that starts phantom (default: the `phantom` command, else phantom.cli from this checkout)")
+    p.add_argument("--phantom-args", default="",
+                   help="more `phantom run` options, e.g. '--host-speed 1.0' when phantom runs on the real machine's host")
     args = parser.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim}[args.mode](args)
 
