@@ -107,7 +107,7 @@ def sim(args: argparse.Namespace) -> int:
             continue
         script, sargs = WORKLOADS[name]
         assert sargs == run["args"], f"{name}: the real run used {run['args']}, this script {sargs}"
-        cmd = [*_phantom(), "run", "--quiet", "--nproc-per-node", str(n), "--gpu", "H200", str(REPO / script), *sargs]
+        cmd = [*_phantom(), "run", "--quiet", "--nproc-per-node", str(n), "--gpu", args.gpu, str(REPO / script), *sargs]
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True)
         s = parse_summary(proc.stdout)
@@ -125,7 +125,7 @@ def sim(args: argparse.Namespace) -> int:
         print(rows[-1], flush=True)
     table = [
         f"Real: {meta['gpu']} x2, driver {meta['driver']}, torch {meta['torch']} (CUDA {meta['cuda']}), "
-        f"{meta['date'][:10]} (`{args.real}`). Simulated: `phantom run --gpu H200`, "
+        f"{meta['date'][:10]} (`{args.real}`). Simulated: `phantom run --gpu {args.gpu}`, "
         f"{datetime.date.today().isoformat()}, {_torch_version()}.",
         "",
         "| workload | GPUs | real ms/iter | phantom ms/iter | error | real peak GiB | phantom peak GiB | error | sim wall |",
@@ -177,6 +177,7 @@ def main() -> int:
     s.add_argument("--real", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--only", default="")
+    s.add_argument("--gpu", default="H200", help="phantom's GPU preset (the real runs' GPU)")
     c = sub.add_parser("record")
     c.add_argument("--out-dir", default=str(REPO / "bench" / "profile" / "records"))
     c.add_argument("--only", default="")

@@ -30,6 +30,20 @@ if rank == 0:
     dist.send(x, dst=1); dist.recv(x, src=1)
 else:
     dist.recv(x, src=0); dist.send(x, dst=0)
+# NCCL matches element counts, not shapes: a 0-d send into a (1,) receive is fine on a GPU
+if rank == 0:
+    dist.send(torch.zeros((), device="cuda"), dst=1)
+else:
+    dist.recv(torch.empty(1, device="cuda"), src=0)
+# objects holding tensors: torch 2.11's pipelining sends its outputs' meta tensors this way
+if rank == 0:
+    dist.send_object_list([{"meta": torch.ones(3, 4, device="cuda").to("meta"),
+                            "cuda": torch.ones(2, device="cuda")}], dst=1)
+else:
+    got = [None]
+    dist.recv_object_list(got, src=0)
+    m, c = got[0]["meta"], got[0]["cuda"]
+    assert m.device.type == "meta" and m.shape == (3, 4) and c.device.type == "cuda" and c.shape == (2,)
 peer = 1 - rank
 reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, torch.empty_like(x), peer)])
 for r in reqs: r.wait()

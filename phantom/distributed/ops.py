@@ -38,7 +38,8 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _sig(tensors, *extra) -> tuple:
-    return (tuple((tuple(t.shape), str(t.dtype)) for t in tensors), *extra)
+    # element counts and dtypes, as process_group._sig (NCCL sees flat buffers)
+    return (tuple((t.numel(), str(t.dtype)) for t in tensors), *extra)
 
 
 def _as_list(x) -> list:

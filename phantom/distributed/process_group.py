@@ -12,9 +12,11 @@ coordinator, every member gets all payloads and computes its own result here, wi
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import operator
+import pickle
 from functools import reduce as _fold
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -161,7 +163,10 @@ def _nbytes(t: torch.Tensor) -> int:
 
 
 def _sig(tensors, *extra) -> tuple:
-    return (tuple((tuple(t.shape), str(t.dtype).removeprefix("torch.")) for t in tensors), *extra)
+    """What every member's call must agree on: element counts and dtypes, not shapes. NCCL
+    sees flat buffers, so a 0-d tensor sent into a (1,)-shaped receive works on a GPU (torch
+    2.11's pipelining does this for its loss), and phantom must not call it a mismatch."""
+    return (tuple((t.numel(), str(t.dtype).removeprefix("torch.")) for t in tensors), *extra)
 
 
 def _op_name(op) -> str:
@@ -730,12 +735,22 @@ def _real_payloads_for_object_collectives(c10d) -> None:
 
     # *rest: torch 2.14 added a `weights_only` argument to both.
     def object_to_tensor(obj, device, group, *rest, **kwargs):
-        with unset_fake_temporarily():
-            return to_tensor(obj, device, group, *rest, **kwargs)
+        real_pickler = c10d._pickler
+        c10d._pickler = _FakeTensorPickler
+        try:
+            with unset_fake_temporarily():
+                return to_tensor(obj, device, group, *rest, **kwargs)
+        finally:
+            c10d._pickler = real_pickler
 
     def tensor_to_object(tensor, tensor_size, group, *rest, **kwargs):
-        with unset_fake_temporarily():
-            return to_object(tensor, tensor_size, group, *rest, **kwargs)
+        real_unpickler = c10d._unpickler
+        try:
+            with unset_fake_temporarily() as mode:
+                c10d._unpickler = _unpickler_rebuilding_under(mode)
+                return to_object(tensor, tensor_size, group, *rest, **kwargs)
+        finally:
+            c10d._unpickler = real_unpickler
 
     c10d._object_to_tensor, c10d._tensor_to_object = object_to_tensor, tensor_to_object
     # Callers may name a CUDA device for the pickled bytes (pipelining does); the bytes
@@ -744,6 +759,38 @@ def _real_payloads_for_object_collectives(c10d) -> None:
         wrapped = _on_cpu(getattr(c10d, name))
         setattr(c10d, name, wrapped)
         setattr(dist, name, wrapped)
+
+
+class _FakeTensorPickler(pickle.Pickler):
+    """Pickles fake tensors inside objects as their metadata. torch 2.11's pipelining sends
+    its stages' outputs as meta tensors (`_shape_inference`), which are FakeTensors here and
+    would take their fake mode (unpicklable) with them; a fake CUDA tensor's values are
+    arbitrary anyway."""
+
+    def reducer_override(self, obj):
+        if isinstance(obj, FakeTensor):
+            return _rebuild_fake, (tuple(obj.shape), tuple(obj.stride()), obj.dtype,
+                                   str(obj.device), obj.requires_grad)
+        return NotImplemented
+
+
+def _rebuild_fake(shape, stride, dtype, device, requires_grad, mode=None):
+    """A meta tensor stays a plain meta tensor (what the sender had on a GPU); a CUDA one is
+    made fake again under the receiving rank's `mode`."""
+    on_meta = torch.device(device).type == "meta"
+    with mode if mode is not None and not on_meta else contextlib.nullcontext():
+        t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
+    return t.requires_grad_(requires_grad)
+
+
+def _unpickler_rebuilding_under(mode) -> type:
+    class Unpickler(pickle.Unpickler):
+        def find_class(self, module, name):
+            if module == __name__ and name == _rebuild_fake.__name__:
+                return functools.partial(_rebuild_fake, mode=mode)
+            return super().find_class(module, name)
+
+    return Unpickler
 
 
 def _report_group_structure(c10d, comm: "RankComm") -> None:
