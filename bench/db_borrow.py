@@ -1,15 +1,17 @@
 """How well one Hopper GPU's measured kernel rows predict the other's: the check behind
 `GPUSpec.kernel_db_from` for a GPU that has a database of its own (H100 <-> H200).
 
-For every recorded signature (bench/profile/records/*) measured on both GPUs, three predictions
+For every recorded signature (bench/profile/records/*) measured on both GPUs, these predictions
 of the target GPU's time are compared with its measured row:
 
   borrowed   what phantom charges a signature missing from the target's own database: the other
              GPU's measured row, as it is for a tensor-core class (same SMs, same clock), else
-             x the calibrated roofline's ratio of the two GPUs for that call (dbmodel.borrow_scale)
+             plus the calibrated roofline's difference of the two GPUs for that call, bounded by
+             its ratio (dbmodel.borrow_ns)
   ratio      the other GPU's measured row x the roofline's ratio, whatever the class
   unscaled   the other GPU's measured row as it is
   roofline   the target GPU's calibrated roofline alone (the fallback before borrowing)
+  by_ratio   the rule before session 17: the ratio, except for the tensor-core classes
 
 No GPU needed: the calls are rebuilt on meta tensors from the recorded specs.
 
@@ -30,7 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from phantom.cost.db import load_db, shipped_db_path  # noqa: E402
-from phantom.cost.dbmodel import SAME_CLOCK_CLASSES  # noqa: E402
+from phantom.cost.dbmodel import SAME_CLOCK_CLASSES, borrow_ns  # noqa: E402
 from phantom.cost.profile.rebuild import Unrebuildable, rebuild  # noqa: E402
 from phantom.cost.profile.record import merge_records  # noqa: E402
 from phantom.cost.roofline import RooflineCostModel  # noqa: E402
@@ -71,8 +73,9 @@ def compare(records: list[dict]) -> dict[tuple[str, str], list[dict]]:
             cls = rec.get("op_class", "?")
             out[(measured, target)].append({
                 "key": key, "class": cls, "real_ns": real,
-                "borrowed": there * (1.0 if cls in SAME_CLOCK_CLASSES else ratio),
-                "ratio": there * ratio, "unscaled": there, "roofline": est[target]})
+                "borrowed": there if cls in SAME_CLOCK_CLASSES else borrow_ns(there, est[measured], est[target]),
+                "ratio": there * ratio, "unscaled": there, "roofline": est[target],
+                "by_ratio": there * (1.0 if cls in SAME_CLOCK_CLASSES else ratio)})
     return out
 
 
@@ -82,8 +85,9 @@ def err(pred: float, real: float) -> float:
 
 def summary_lines(results: dict[tuple[str, str], list[dict]]) -> list[str]:
     lines = ["| measured -> target | op class | signatures | borrowed: median abs err | ratio | unscaled | "
-             "roofline alone | borrowed: time-weighted abs err | roofline alone, time-weighted |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "roofline alone | scaled by the ratio (before) | borrowed: time-weighted abs err | "
+             "roofline alone, time-weighted | scaled by the ratio, time-weighted |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for (measured, target), rows in results.items():
         by_class = defaultdict(list)
         for r in rows:
@@ -92,13 +96,13 @@ def summary_lines(results: dict[tuple[str, str], list[dict]]) -> list[str]:
             if len(rs) < 5 and cls != "all":
                 continue
             med = {m: statistics.median(err(r[m], r["real_ns"]) for r in rs)
-                   for m in ("borrowed", "ratio", "unscaled", "roofline")}
+                   for m in ("borrowed", "ratio", "unscaled", "roofline", "by_ratio")}
             total = sum(r["real_ns"] for r in rs)
             weighted = {m: 100.0 * sum(abs(r[m] - r["real_ns"]) for r in rs) / total
-                        for m in ("borrowed", "roofline")}
+                        for m in ("borrowed", "roofline", "by_ratio")}
             lines.append(f"| {measured} -> {target} | {cls} | {len(rs)} | {med['borrowed']:.1f}% | "
-                         f"{med['ratio']:.1f}% | {med['unscaled']:.1f}% | {med['roofline']:.1f}% | {weighted['borrowed']:.1f}% | "
-                         f"{weighted['roofline']:.1f}% |")
+                         f"{med['ratio']:.1f}% | {med['unscaled']:.1f}% | {med['roofline']:.1f}% | {med['by_ratio']:.1f}% | "
+                         f"{weighted['borrowed']:.1f}% | {weighted['roofline']:.1f}% | {weighted['by_ratio']:.1f}% |")
     return lines
 
 

@@ -188,6 +188,19 @@ def test_own_database_first_then_the_siblings_rows_for_its_misses():
     assert [p.rsplit("/", 1)[-1] for p in shipped.db_paths] == ["H100.json", "H200.json"]
 
 
+def test_a_borrowed_row_moves_by_the_models_difference_within_its_ratio():
+    from phantom.cost.dbmodel import borrow_ns
+
+    # streaming at the model's rate: the whole time moves, as the bandwidths' ratio says
+    assert borrow_ns(100.0, 100.0, 70.0) == pytest.approx(70.0)
+    # a latency-bound gather, 4x the model's streaming time: only the streaming part moves
+    assert borrow_ns(400.0, 100.0, 70.0) == pytest.approx(370.0)
+    assert borrow_ns(400.0, 70.0, 100.0) == pytest.approx(430.0)
+    # faster than the model (a cached input): never past the ratio, never the wrong way
+    assert borrow_ns(50.0, 100.0, 70.0) == pytest.approx(35.0)
+    assert borrow_ns(50.0, 70.0, 100.0) == pytest.approx(50.0 * 100 / 70)
+
+
 def test_no_database_means_plain_roofline(monkeypatch, tmp_path):
     import phantom.cost.dbmodel as dbmodel
 

@@ -12,11 +12,14 @@ A GPU may borrow the rows of a preset with the same die and clocks (`GPUSpec.ker
 all of them when it has no database of its own (the 96 GB HBM2e H100 takes the H100 SXM's), or
 the signatures its own database misses (the H100 and H200 each fill the other's gaps). A
 tensor-core kernel (SAME_CLOCK_CLASSES) keeps its measured time: same SMs, same clock. Any other
-borrowed row is scaled by the fallback model's ratio for that signature, this GPU over the
-measured one, so a memory-bound kernel moves by the memory systems' ratio; what the measurement
-knows that the model does not (kernel choice, launch overheads, tails) carries over. Checked on
-the signatures both Hopper databases have (bench/db_borrow.py): 4% median error against 9-11%
-for the roofline alone.
+borrowed row moves by the fallback model's difference for that signature, this GPU's time minus
+the measured one's, bounded by the model's ratio: the part of a kernel the model explains
+(streaming its bytes) moves with the memory systems, and what the measurement knows beyond it
+(kernel choice, launch overheads, latency-bound gathers and tails) stays as it is. A kernel at
+a fraction of the bandwidth (a graph gather) so moves less than the bandwidths' ratio, one at
+full bandwidth by all of it. Checked on the 3,591 signatures both Hopper databases have
+(bench/db_borrow.py): 4.2-4.5% median error, 4.7-5.2% time-weighted, against 4.6% and 6.1-6.5%
+scaling by the ratio, and 9.6-11.7% median for the roofline alone.
 """
 from __future__ import annotations
 
@@ -32,6 +35,14 @@ from phantom.cost.signature import call_spec, op_key
 from phantom.hardware.gpus import GPUSpec, get_gpu
 
 DB_SOURCE = "db"
+
+
+def borrow_ns(measured_ns: float, model_there_ns: float, model_here_ns: float) -> float:
+    """A kernel measured on one GPU, on another of the same die: the measurement plus the
+    model's difference, kept between unchanged and scaled by the model's full ratio."""
+    by_ratio = measured_ns * model_here_ns / model_there_ns
+    shifted = measured_ns + model_here_ns - model_there_ns
+    return min(max(shifted, min(measured_ns, by_ratio)), max(measured_ns, by_ratio))
 # Classes whose kernels run on the tensor cores at the SM clock: a borrowed row of a same-die GPU
 # keeps its time. Scaling them by the two fitted rooflines' ratio only added the fits' noise
 # (GEMM 3.4% against 2.2% unscaled, attention 6.8% against 1.1%: bench/db_borrow.py).
@@ -102,7 +113,7 @@ class DatabaseCostModel:
         key = op_key(func, args, kwargs)
         ns = self.rows.get(key)
         if ns is not None and key in self._borrowed_keys and cost.op_class not in SAME_CLOCK_CLASSES:
-            ns *= self._borrowed_scale(func, args, kwargs, out, cost.gpu_ns)
+            ns = self._borrowed_ns(ns, func, args, kwargs, out, cost.gpu_ns)
         if ns is not None:
             cost = replace(cost, gpu_ns=ns, source=DB_SOURCE)
         else:
@@ -114,10 +125,13 @@ class DatabaseCostModel:
                 self.specs[key] = call_spec(func, args, kwargs)
         return [cost, stats]
 
-    def _borrowed_scale(self, func: Any, args: tuple, kwargs: dict, out: Any, here_ns: float) -> float:
-        """This GPU's modelled time over the measured GPU's, for one signature."""
+    def _borrowed_ns(self, measured_ns: float, func: Any, args: tuple, kwargs: dict, out: Any,
+                     here_ns: float) -> float:
+        """A row measured on the other GPU, moved to this one (module docstring)."""
         there = self._measured_model.estimate(func, args, kwargs, out)
-        return here_ns / there.gpu_ns if there is not None and there.gpu_ns > 0 else 1.0
+        if there is None or there.gpu_ns <= 0:
+            return measured_ns
+        return borrow_ns(measured_ns, there.gpu_ns, here_ns)
 
     def reset_stats(self) -> None:
         """Forget per-signature statistics and recorded specs (Simulation's start-up
