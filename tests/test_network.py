@@ -183,7 +183,8 @@ def test_pcie_node_runs_without_ll128():
 # --- reservations between collectives ----------------------------------------------------------
 
 def test_overlapping_collectives_share_by_reservation():
-    sim = NetworkSimulator(load_cluster("nvlink-node"))
+    # the flow model's reservations alone: no measured table (the H100 pair's would match)
+    sim = NetworkSimulator(load_cluster("nvlink-node"), measured=[])
     op = CollectiveOp("send_recv", (0, 1), 0, transfers=((0, 1, GB),))
     alone = sim.estimate(op)
     data = GB / H100_NVLINK
