@@ -39,6 +39,9 @@ def test_torch_cuda_api_describes_the_simulated_gpu(run_script):
         torch.manual_seed(0); torch.cuda.manual_seed_all(0)
         s = torch.cuda.get_rng_state(); torch.cuda.set_rng_state(s)
         print("rng=ok")
+        # no graph capture is under way (torch 2.11's optimizers ask before every step)
+        print("capturing=", torch.cuda.is_current_stream_capturing(),
+              torch.cuda.graphs.is_current_stream_capturing())
         """,
         "--gpu", "h200", "--quiet",
     )
@@ -49,6 +52,7 @@ def test_torch_cuda_api_describes_the_simulated_gpu(run_script):
     assert int(v["total"]) == 150_109_880_320 and v["sms"] == "132"
     assert v["bf16"] == "True" and v["nccl"].startswith("(2,") and v["cuda"] == "13.0"
     assert v["accel"] == "cuda" and v["current"] == "0" and v["rng"] == "ok"
+    assert v["capturing"] == "False False"
 
 
 def test_simulated_time_matches_gpu_speed(run_script):

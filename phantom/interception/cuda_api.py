@@ -430,6 +430,10 @@ def install(sim: "Simulation") -> None:
         "_cuda_clearCublasWorkspaces": lambda: None,
         "_cuda_get_conv_benchmark_empty_cache": lambda: True,
         "_cuda_set_conv_benchmark_empty_cache": lambda enable: None,
+        # No capture is ever under way (graph capture is refused below). torch 2.11's
+        # optimizers ask before every step (`_accelerator_graph_capture_health_check`), and
+        # on a CUDA build without a driver the real binding raises.
+        "_cuda_isCurrentStreamCapturing": lambda: False,
     }
     for name, fn in c_bindings.items():
         setattr(torch._C, name, fn)
@@ -468,6 +472,7 @@ def install(sim: "Simulation") -> None:
         "can_device_access_peer": lambda device, peer: True,
         "utilization": lambda device=None: 100,
         "nvtx": _NvtxStub,
+        "is_current_stream_capturing": lambda: False,
         "CUDAGraph": _unsupported("CUDA graph capture (torch.cuda.CUDAGraph)", "CUDAGraph"),
         "graph": _unsupported("CUDA graph capture (torch.cuda.graph)", "graph"),
         "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables",
@@ -482,6 +487,7 @@ def install(sim: "Simulation") -> None:
     for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
                  "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"):
         setattr(cuda.random, name, module_api[name])
+    cuda.graphs.is_current_stream_capturing = module_api["is_current_stream_capturing"]
     cuda.streams.Stream = Stream
     cuda.streams.Event = Event
     cuda.nvtx = _NvtxStub
