@@ -184,17 +184,19 @@ def cmd_sim(args: argparse.Namespace) -> None:
                          "real": real.get(c.name, {}), "report": report})
             print("  ->", brief(r), flush=True)
 
-    table = markdown(rows, args.gpu, args.nproc, args.real)
+    table = markdown(rows, args.gpu, args.nproc, args.real, args.phantom_args)
     print("\n" + table)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(table)
     if args.json:
-        write_json(args.json, {"gpu": args.gpu, "real": args.real, "steps": args.steps, "rows": rows})
+        write_json(args.json, {"gpu": args.gpu, "real": args.real, "steps": args.steps,
+                               "phantom_args": args.phantom_args, "rows": rows})
 
 
-def markdown(rows: list[dict], gpu: str, nproc: int, real_path: str | None) -> str:
-    lines = [f"phantom --nproc-per-node {nproc} --gpu {gpu} vs real ({real_path or 'no real data'})", "",
+def markdown(rows: list[dict], gpu: str, nproc: int, real_path: str | None, extra: str = "") -> str:
+    lines = [f"phantom --nproc-per-node {nproc} --gpu {gpu}{' ' + extra if extra else ''} "
+             f"vs real ({real_path or 'no real data'})", "",
              "| config | params | real ms | sim ms | err % | real peak GiB r0 | sim | err % "
              "| real peak GiB max | sim | err % | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

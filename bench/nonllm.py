@@ -99,6 +99,13 @@ def _phantom() -> list[str]:
 def sim(args: argparse.Namespace) -> int:
     real_data = json.loads(Path(args.real).read_text())
     meta = real_data["meta"]
+    # the preset of the real runs' GPU unless named: a wrong one is a silently wrong table
+    real_gpu = "H100" if "H100" in meta["gpu"] else "H200" if "H200" in meta["gpu"] else None
+    args.gpu = args.gpu or real_gpu
+    if args.gpu is None:
+        raise SystemExit(f"the real runs were on {meta['gpu']!r}: name phantom's preset with --gpu")
+    if real_gpu and args.gpu.upper() != real_gpu:
+        print(f"warning: simulating --gpu {args.gpu} against real runs on {meta['gpu']}", file=sys.stderr)
     rows, errs_t, errs_m = [], [], []
     only = set(args.only.split(",")) if args.only else set(WORKLOADS)
     for run in real_data["runs"]:
@@ -177,7 +184,7 @@ def main() -> int:
     s.add_argument("--real", required=True)
     s.add_argument("--out", required=True)
     s.add_argument("--only", default="")
-    s.add_argument("--gpu", default="H200", help="phantom's GPU preset (the real runs' GPU)")
+    s.add_argument("--gpu", help="phantom's GPU preset (default: the real runs' GPU)")
     c = sub.add_parser("record")
     c.add_argument("--out-dir", default=str(REPO / "bench" / "profile" / "records"))
     c.add_argument("--only", default="")

@@ -35,15 +35,23 @@ if rank == 0:
     dist.send(torch.zeros((), device="cuda"), dst=1)
 else:
     dist.recv(torch.empty(1, device="cuda"), src=0)
-# objects holding tensors: torch 2.11's pipelining sends its outputs' meta tensors this way
+# objects holding tensors: torch 2.11's pipelining sends its outputs' meta tensors this way;
+# real CPU tensors beside them keep their values, parameters stay parameters
 if rank == 0:
     dist.send_object_list([{"meta": torch.ones(3, 4, device="cuda").to("meta"),
-                            "cuda": torch.ones(2, device="cuda")}], dst=1)
+                            "cuda": torch.ones(2, device="cuda"), "cpu": torch.arange(3.0),
+                            "param": torch.nn.Parameter(torch.ones(5, device="cuda"))}], dst=1)
 else:
     got = [None]
     dist.recv_object_list(got, src=0)
-    m, c = got[0]["meta"], got[0]["cuda"]
+    m, c, p = got[0]["meta"], got[0]["cuda"], got[0]["param"]
     assert m.device.type == "meta" and m.shape == (3, 4) and c.device.type == "cuda" and c.shape == (2,)
+    assert got[0]["cpu"].tolist() == [0.0, 1.0, 2.0]
+    assert isinstance(p, torch.nn.Parameter) and p.requires_grad and p.device.type == "cuda"
+# the same element count in different shapes reduces element-wise, as NCCL's flat buffers do
+r = torch.arange(4.0).reshape(4, 1) if rank == 0 else 10 * torch.arange(4.0).reshape(2, 2)
+dist.all_reduce(r)
+assert r.flatten().tolist() == [0.0, 11.0, 22.0, 33.0] and r.shape == ((4, 1) if rank == 0 else (2, 2))
 peer = 1 - rank
 reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer), dist.P2POp(dist.irecv, torch.empty_like(x), peer)])
 for r in reqs: r.wait()

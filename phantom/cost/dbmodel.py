@@ -35,18 +35,20 @@ from phantom.cost.signature import call_spec, op_key
 from phantom.hardware.gpus import GPUSpec, get_gpu
 
 DB_SOURCE = "db"
+# Classes whose kernels run on the tensor cores at the SM clock: a borrowed row of a same-die GPU
+# keeps its time. Scaling them by the two fitted rooflines' ratio only added the fits' noise
+# (GEMM 3.4% against 2.2% unscaled, attention 6.8% against 1.1%: bench/db_borrow.py).
+SAME_CLOCK_CLASSES = frozenset({"gemm", "attention", "conv"})
 
 
 def borrow_ns(measured_ns: float, model_there_ns: float, model_here_ns: float) -> float:
     """A kernel measured on one GPU, on another of the same die: the measurement plus the
     model's difference, kept between unchanged and scaled by the model's full ratio."""
+    if model_there_ns <= 0:
+        return measured_ns
     by_ratio = measured_ns * model_here_ns / model_there_ns
     shifted = measured_ns + model_here_ns - model_there_ns
     return min(max(shifted, min(measured_ns, by_ratio)), max(measured_ns, by_ratio))
-# Classes whose kernels run on the tensor cores at the SM clock: a borrowed row of a same-die GPU
-# keeps its time. Scaling them by the two fitted rooflines' ratio only added the fits' noise
-# (GEMM 3.4% against 2.2% unscaled, attention 6.8% against 1.1%: bench/db_borrow.py).
-SAME_CLOCK_CLASSES = frozenset({"gemm", "attention", "conv"})
 
 
 class DatabaseCostModel:

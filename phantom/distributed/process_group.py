@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import io
 import operator
 import pickle
 from functools import reduce as _fold
@@ -165,7 +166,8 @@ def _nbytes(t: torch.Tensor) -> int:
 def _sig(tensors, *extra) -> tuple:
     """What every member's call must agree on: element counts and dtypes, not shapes. NCCL
     sees flat buffers, so a 0-d tensor sent into a (1,)-shaped receive works on a GPU (torch
-    2.11's pipelining does this for its loss), and phantom must not call it a mismatch."""
+    2.11's pipelining does this for its loss), and phantom must not call it a mismatch. (Only
+    TORCH_DISTRIBUTED_DEBUG=DETAIL's shape check on a real GPU would report it.)"""
     return (tuple((t.numel(), str(t.dtype).removeprefix("torch.")) for t in tensors), *extra)
 
 
@@ -190,6 +192,9 @@ def _combine(op_name: str, values: list):
     if op_name not in _REDUCERS:
         raise ValueError(f"unsupported reduce op {op_name}")
     on_numbers, on_tensors = _REDUCERS[op_name]
+    # NCCL reduces flat buffers: members may hold the same count in different shapes
+    # (`_sig`), which must not broadcast into a larger result. The caller reshapes.
+    values = [v.reshape(-1) if isinstance(v, torch.Tensor) else v for v in values]
     numbers = all(isinstance(v, (int, float, bool)) for v in values)
     if numbers and on_numbers is None:
         return values[0] if len(set(values)) == 1 else None
@@ -731,26 +736,20 @@ def _real_payloads_for_object_collectives(c10d) -> None:
     storage is fake and the bytes are lost."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    to_tensor, to_object = c10d._object_to_tensor, c10d._tensor_to_object
-
-    # *rest: torch 2.14 added a `weights_only` argument to both.
+    # *rest: torch 2.14 added a `weights_only` argument to both (torch.save / torch.load in
+    # place of pickle). phantom pickles at both ends itself, with fake tensors as their
+    # metadata, so the flag does not apply: the bytes never leave the simulation.
     def object_to_tensor(obj, device, group, *rest, **kwargs):
-        real_pickler = c10d._pickler
-        c10d._pickler = _FakeTensorPickler
-        try:
-            with unset_fake_temporarily():
-                return to_tensor(obj, device, group, *rest, **kwargs)
-        finally:
-            c10d._pickler = real_pickler
+        buffer = io.BytesIO()
+        with unset_fake_temporarily():  # real CPU tensors in `obj` keep their bytes
+            _FakeTensorPickler(buffer).dump(obj)
+            data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).to(device)
+            return data, torch.tensor([data.numel()], dtype=torch.long).to(device)
 
     def tensor_to_object(tensor, tensor_size, group, *rest, **kwargs):
-        real_unpickler = c10d._unpickler
-        try:
-            with unset_fake_temporarily() as mode:
-                c10d._unpickler = _unpickler_rebuilding_under(mode)
-                return to_object(tensor, tensor_size, group, *rest, **kwargs)
-        finally:
-            c10d._unpickler = real_unpickler
+        with unset_fake_temporarily() as mode:
+            raw = tensor.cpu().numpy().tobytes()[:tensor_size]
+            return _FakeTensorUnpickler(io.BytesIO(raw), mode).load()
 
     c10d._object_to_tensor, c10d._tensor_to_object = object_to_tensor, tensor_to_object
     # Callers may name a CUDA device for the pickled bytes (pipelining does); the bytes
@@ -762,35 +761,42 @@ def _real_payloads_for_object_collectives(c10d) -> None:
 
 
 class _FakeTensorPickler(pickle.Pickler):
-    """Pickles fake tensors inside objects as their metadata. torch 2.11's pipelining sends
-    its stages' outputs as meta tensors (`_shape_inference`), which are FakeTensors here and
-    would take their fake mode (unpicklable) with them; a fake CUDA tensor's values are
-    arbitrary anyway."""
+    """Pickles fake tensors inside objects as their metadata; everything else (real CPU
+    tensors included) as pickle does. torch 2.11's pipelining sends its stages' outputs as
+    meta tensors (`_shape_inference`), which are FakeTensors here and would take their fake
+    mode (unpicklable) with them; a fake CUDA tensor's values are arbitrary anyway."""
 
     def reducer_override(self, obj):
-        if isinstance(obj, FakeTensor):
-            return _rebuild_fake, (tuple(obj.shape), tuple(obj.stride()), obj.dtype,
-                                   str(obj.device), obj.requires_grad)
-        return NotImplemented
+        if not isinstance(obj, FakeTensor):
+            return NotImplemented
+        if obj.layout != torch.strided:
+            from phantom.interception.mode import SimulationError
+
+            raise SimulationError(f"phantom: a {obj.layout} fake tensor cannot travel in an object "
+                                  "collective (only strided ones are simulated there)")
+        return _rebuild_fake, (tuple(obj.shape), tuple(obj.stride()), obj.dtype, str(obj.device),
+                               obj.requires_grad, isinstance(obj, torch.nn.Parameter))
 
 
-def _rebuild_fake(shape, stride, dtype, device, requires_grad, mode=None):
+def _rebuild_fake(shape, stride, dtype, device, requires_grad, is_param, mode=None):
     """A meta tensor stays a plain meta tensor (what the sender had on a GPU); a CUDA one is
-    made fake again under the receiving rank's `mode`."""
+    made fake again under the receiving rank's `mode`. Storage sharing and offsets between
+    the sent tensors are not kept (each arrives with storage of its own)."""
     on_meta = torch.device(device).type == "meta"
     with mode if mode is not None and not on_meta else contextlib.nullcontext():
         t = torch.empty_strided(shape, stride, dtype=dtype, device=device)
-    return t.requires_grad_(requires_grad)
+        return torch.nn.Parameter(t, requires_grad) if is_param else t.requires_grad_(requires_grad)
 
 
-def _unpickler_rebuilding_under(mode) -> type:
-    class Unpickler(pickle.Unpickler):
-        def find_class(self, module, name):
-            if module == __name__ and name == _rebuild_fake.__name__:
-                return functools.partial(_rebuild_fake, mode=mode)
-            return super().find_class(module, name)
+class _FakeTensorUnpickler(pickle.Unpickler):
+    def __init__(self, file, mode) -> None:
+        super().__init__(file)
+        self._mode = mode
 
-    return Unpickler
+    def find_class(self, module, name):
+        if module == __name__ and name == _rebuild_fake.__name__:
+            return functools.partial(_rebuild_fake, mode=self._mode)
+        return super().find_class(module, name)
 
 
 def _report_group_structure(c10d, comm: "RankComm") -> None:
