@@ -49,8 +49,8 @@ class GPUSpec:
     host_mean_slowdown: float = H200_HOST_MEAN_SLOWDOWN  # its typical speed below that
     # A preset of the same die and clocks whose measured kernel rows this GPU borrows: all of
     # them when it has no database of its own, else the signatures its own misses. Tensor-core
-    # rows keep their time, the others are scaled by the fallback model's ratio of the two GPUs
-    # (the memory system differs, the SMs do not): phantom/cost/dbmodel.py.
+    # rows keep their time, the others move by the fallback model's difference of the two GPUs,
+    # at most by its ratio (the memory system differs, the SMs do not): cost/dbmodel.borrow_ns.
     kernel_db_from: str | None = None
 
     @property

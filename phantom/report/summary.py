@@ -213,7 +213,7 @@ def _db_line(db: dict[str, Any] | None) -> str:
         return "  kernel database    none for this GPU: every kernel time from the fallback model"
     names = ", ".join(p.rsplit("/", 1)[-1] for p in db["paths"])
     if db.get("borrowed_from"):
-        names += f"; the {db['borrowed_from']}'s rows where this GPU has none, memory-bound ones scaled"
+        names += f"; the {db['borrowed_from']}'s rows where this GPU has none, memory-bound ones moved by the model"
     return (f"  kernel database    {100 * db['hit_share']:.1f}% of GPU time from measured rows ({names}), "
             f"{100 * db['fallback_share']:.1f}% fallback")
 
