@@ -100,11 +100,17 @@ def sim(args: argparse.Namespace) -> int:
     real_data = json.loads(Path(args.real).read_text())
     meta = real_data["meta"]
     # the preset of the real runs' GPU unless named: a wrong one is a silently wrong table
-    real_gpu = "H100" if "H100" in meta["gpu"] else "H200" if "H200" in meta["gpu"] else None
+    from phantom.cost.db import KernelDBError
+    from phantom.cost.profile.timing import gpu_preset_for
+
+    try:
+        real_gpu = gpu_preset_for(meta["gpu"])
+    except KernelDBError:
+        real_gpu = None
     args.gpu = args.gpu or real_gpu
     if args.gpu is None:
         raise SystemExit(f"the real runs were on {meta['gpu']!r}: name phantom's preset with --gpu")
-    if real_gpu and args.gpu.upper() != real_gpu:
+    if real_gpu and args.gpu.upper() != real_gpu.upper():
         print(f"warning: simulating --gpu {args.gpu} against real runs on {meta['gpu']}", file=sys.stderr)
     rows, errs_t, errs_m = [], [], []
     only = set(args.only.split(",")) if args.only else set(WORKLOADS)

@@ -55,6 +55,11 @@ def norm_input(p: dict, dtype: str) -> torch.Tensor:
     return x.contiguous(memory_format=torch.channels_last) if p["layout"] == "channels_last" else x
 
 
+def model_over_measured(rows: list[dict], cost_of) -> list[float]:
+    """Predicted/measured time of each sweep row, `cost_of(row)` giving the model's KernelCost."""
+    return [cost_of(r).gpu_ns / (r["median_us"] * 1e3) for r in rows]
+
+
 def median_and_worst(ratios: list[float]) -> tuple[float, float]:
     """Of predicted/measured ratios: the median and the largest factor off, either way."""
     factors = sorted(math.exp(abs(math.log(r))) for r in ratios)
@@ -312,8 +317,8 @@ def test_grouped_convs_match_the_grouped_sweep(h100):
     # no row is off by the orders of magnitude the implicit-GEMM model gave (5-250x)
     rows = sweep_rows("sweep_grouped_H100.json")
     dtypes = {"bf16": BF16, "fp32": torch.float32}
-    errors = []
-    for r in rows:
+
+    def cost(r):
         p, dt = r["params"], dtypes[r["dtype"]]
         dims, g, c, hw, k = p["dims"], p["groups"], p["C"], p["H"], p["R"]
         pad = k // 2 if dims == 2 else k - 1
@@ -324,11 +329,11 @@ def test_grouped_convs_match_the_grouped_sweep(h100):
         geo = ([p["stride"]] * dims, [pad] * dims, [1] * dims, False, [0] * dims, g)
         y = aten.convolution.default(x, w, None, *geo)
         if p["bwd"]:
-            cost = est(h100, aten.convolution_backward.default, torch.empty_like(y), x, w, None, *geo,
+            return est(h100, aten.convolution_backward.default, torch.empty_like(y), x, w, None, *geo,
                        [True, True, False])
-        else:
-            cost = est(h100, aten.convolution.default, x, w, None, *geo)
-        errors.append(cost.gpu_ns / (r["median_us"] * 1e3))
+        return est(h100, aten.convolution.default, x, w, None, *geo)
+
+    errors = model_over_measured(rows, cost)
     assert len(errors) == 128
     median, worst = median_and_worst(errors)
     assert median < 1.35  # median within 35%
@@ -341,19 +346,16 @@ def test_batch_norm_follows_elements_and_nchw_channels(h100):
     # training-mode batch norm against the H100's batch_norm sweep (its calibration grid): time
     # follows the element count whatever the dtype, and NCHW with few channels runs slower
     rows = sweep_rows("sweep_bn_grouped_H100.json")
-    errors = []
-    for r in rows:
-        if r["class"] != "norm":
-            continue
+    def cost(r):
         p = r["params"]
         x = norm_input(p, r["dtype"])
         w, stats = t(p["C"], dtype=torch.float32), t(p["C"], dtype=torch.float32)
         if p["bwd"]:
-            cost = est(h100, aten.native_batch_norm_backward.default, torch.empty_like(x), x, w, None, None, stats,
+            return est(h100, aten.native_batch_norm_backward.default, torch.empty_like(x), x, w, None, None, stats,
                        stats, True, 1e-5, [True, True, True])
-        else:
-            cost = est(h100, aten.native_batch_norm.default, x, w, w, None, None, True, 0.1, 1e-5)
-        errors.append(cost.gpu_ns / (r["median_us"] * 1e3))
+        return est(h100, aten.native_batch_norm.default, x, w, w, None, None, True, 0.1, 1e-5)
+
+    errors = model_over_measured([r for r in rows if r["class"] == "norm"], cost)
     assert len(errors) == 136
     median, worst = median_and_worst(errors)
     # median within 25%; the worst, NCHW forward at 7x7 with 512-2048 channels (ATen's
@@ -368,17 +370,16 @@ def test_batch_norm_follows_elements_and_nchw_channels(h100):
 def test_cudnn_batch_norm_against_its_sweep(h100):
     # fp32 and fp16 inputs dispatch to cuDNN's batch norm, whose rate depends on the dtype
     rows = sweep_rows("sweep_cudnn_bn_H100.json")
-    errors = []
-    for r in rows:
+    def cost(r):
         p = r["params"]
         x = norm_input(p, r["dtype"])
         w = t(p["C"], dtype=torch.float32)
         if p["bwd"]:
-            cost = est(h100, aten.cudnn_batch_norm_backward.default, x, torch.empty_like(x), w, w, w, w, w, 1e-5,
+            return est(h100, aten.cudnn_batch_norm_backward.default, x, torch.empty_like(x), w, w, w, w, w, 1e-5,
                        torch.empty(0, dtype=torch.uint8, device=META))
-        else:
-            cost = est(h100, aten.cudnn_batch_norm.default, x, w, w, w, w, True, 0.1, 1e-5)
-        errors.append(cost.gpu_ns / (r["median_us"] * 1e3))
+        return est(h100, aten.cudnn_batch_norm.default, x, w, w, w, w, True, 0.1, 1e-5)
+
+    errors = model_over_measured(rows, cost)
     assert len(errors) == 136
     median, worst = median_and_worst(errors)
     assert median < 1.2 and worst < 2.3

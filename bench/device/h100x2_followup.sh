@@ -4,15 +4,7 @@
 # this host's torch 2.11 after the send/recv signature fix, and the host-bound suite once more
 # (the real steps' spread between runs of one machine). Wheels in .whl (deepspeed and its
 # pydantic/hjson, diffusers). Usage on the device: bash bench/device/h100x2_followup.sh.
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-W=$(mktemp -d); log=$W/log.txt
-trap 'tar czf $OUT/call.tgz -C $W . ; tail -30 $log' EXIT
-step() { echo "== $1 $(date -u +%T)" >> $log; }
-end=$((SECONDS + 540))
-left() { local l=$((end - SECONDS)); echo $(( l < $1 ? (l > 5 ? l : 5) : $1 )); }  # min(cap, time left)
+CALL_BUDGET_S=540 source bench/device/call_lib.sh
 python -m phantom.engine.host > $W/host_reference_before.json 2>> $log
 step deepspeed-zero3
 timeout $(left 170) python bench/deepspeed.py real --configs z3-3b-ac,z3-1b-ga2 --out $W/deepspeed_real_h100x2_zero3.json \

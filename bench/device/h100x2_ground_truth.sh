@@ -7,15 +7,7 @@
 #   megatron.py real          Megatron-Core 0.16.1 TP2+SP, DP2 distributed optimizer (wheel in .whl)
 #   deepspeed.py real         DeepSpeed 0.19.8 ZeRO-2/3 with FusedAdam (wheels in .whl)
 # Usage on the device, carrying .whl: bash bench/device/h100x2_ground_truth.sh. Out: $OUT/call.tgz.
-set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site:. PYTHONUNBUFFERED=1
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-W=$(mktemp -d); log=$W/log.txt
-trap 'tar czf $OUT/call.tgz -C $W . ; tail -30 $log' EXIT
-step() { echo "== $1 $(date -u +%T)" >> $log; }
-end=$((SECONDS + 565))
-left() { local l=$((end - SECONDS)); echo $(( l < $1 ? (l > 5 ? l : 5) : $1 )); }  # min(cap, time left)
+source bench/device/call_lib.sh
 python -m phantom.engine.host > $W/host_reference_before.json 2>> $log
 step collectives
 timeout $(left 90) python bench/collectives.py real --out $W/real_collectives_h100x2.json --log $W/real_collectives_h100x2.log >> $log 2>&1

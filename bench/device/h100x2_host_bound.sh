@@ -7,10 +7,7 @@
 #                      (this host is the simulated host: no conversion between machines)
 # plus the TP training rows under phantom the same way, a kernel profile of one real 2-rank TP
 # step, and this host's reference step before and after. Everything lands in $OUT/call.tgz.
-set -u
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONPATH=. PYTHONUNBUFFERED=1
-W=$(mktemp -d); log=$W/log.txt
-trap 'tar czf $OUT/call.tgz -C $W . ; tail -40 $log' EXIT
+source bench/device/call_lib.sh
 phantom() { python -c "import sys; from phantom.cli import main; sys.exit(main())" "$@"; }
 { date -u; nvidia-smi; nvidia-smi topo -m; python -c "import torch; print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version())";
   nproc; lscpu | grep -E "Model name|MHz|Thread|Socket"; } > $W/env.txt 2>&1

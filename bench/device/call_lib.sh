@@ -1,0 +1,16 @@
+# Shared set-up of a device call, sourced by bench/device/h100x2_*.sh: NVLink multicast off (this
+# workplace's rule), the carried wheels in .whl installed if any, a work folder $W with $log that
+# lands in $OUT/call.tgz however the call ends, `step NAME` log marks, and `left CAP`: the seconds
+# a step may take, CAP or what is left of the call's budget (CALL_BUDGET_S, default 565).
+set -u
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export PYTHONPATH=.
+if compgen -G ".whl/*.whl" > /dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl || exit 1
+  export PYTHONPATH=/tmp/site:.
+fi
+W=$(mktemp -d); log=$W/log.txt
+trap 'tar czf $OUT/call.tgz -C $W . ; tail -40 $log' EXIT
+step() { echo "== $1 $(date -u +%T)" >> $log; }
+end=$((SECONDS + ${CALL_BUDGET_S:-565}))
+left() { local l=$((end - SECONDS)); echo $(( l < $1 ? (l > 5 ? l : 5) : $1 )); }  # min(cap, time left)
