@@ -73,10 +73,11 @@ def _host_info() -> dict[str, str]:
 def real(args: argparse.Namespace) -> int:
     results = {"meta": _host_info(), "runs": []}
     only = set(args.only.split(",")) if args.only else set(WORKLOADS)
+    counts = [int(n) for n in args.gpus.split(",")] if args.gpus else GPU_COUNTS
     for name, (script, sargs) in WORKLOADS.items():
         if name not in only:
             continue
-        for n in GPU_COUNTS:
+        for n in counts:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
                    str(REPO / script), *sargs]
             t0 = time.time()
@@ -185,6 +186,7 @@ def main() -> int:
     r = sub.add_parser("real")
     r.add_argument("--out", required=True)
     r.add_argument("--only", default="")
+    r.add_argument("--gpus", default="", help="GPU counts to run, e.g. 1 (default: 1,2)")
     r.add_argument("--timeout", type=int, default=300)
     s = sub.add_parser("sim")
     s.add_argument("--real", required=True)
