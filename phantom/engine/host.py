@@ -78,7 +78,9 @@ class HostSpeedNormalizer:
 
     def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS) -> None:
         self._clock = clock  # the clock host time is measured with (wall or CPU time)
-        self._cache = cache_dir / f"host-probe-{platform.node()}.json" if cache_dir else None
+        # Keyed by CPU model as well as host name: cloud VMs often share a host name ("vm"),
+        # and a best speed remembered from a faster CPU would make this one look that fast.
+        self._cache = cache_dir / f"host-probe-{platform.node()}-{_cpu_tag()}.json" if cache_dir else None
         self.best_ns, self.best_step_ns, self._overheads = self._load_best()
         self.factor = 1.0
         self._samples: list[float] = []  # every sample of the run: the speed, variation()
@@ -359,6 +361,23 @@ def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock
     return best
 
 
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or what the platform says elsewhere."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _cpu_tag() -> str:
+    import hashlib
+
+    return hashlib.sha1(cpu_model().encode()).hexdigest()[:8]
+
+
 def reference_step_ns(rounds: int = 15, clock=_CLOCK_NS) -> float:
     """This machine's time for the CPU `training_step`: the fastest of `rounds` timings, on
     one intra-op thread as on the GPU hosts (the caller's setting is restored)."""
@@ -388,11 +407,8 @@ def measure_reference(rounds: int = 15) -> dict:
     finally:
         torch.set_num_threads(threads)
     probes = [_probe_ns() for _ in range(rounds)]
-    cpu = next((ln.split(":", 1)[1].strip() for ln in Path("/proc/cpuinfo").read_text().splitlines()
-                if ln.startswith("model name")), platform.processor()) if Path("/proc/cpuinfo").exists() \
-        else platform.processor()
     return {"host_step_ns": round(min(steps)), "host_step_ns_median": round(sorted(steps)[len(steps) // 2]),
-            "probe_ns": min(probes), "cpu": cpu, "python": platform.python_version(),
+            "probe_ns": min(probes), "cpu": cpu_model(), "python": platform.python_version(),
             "torch": torch.__version__, "node": platform.node()}
 
 

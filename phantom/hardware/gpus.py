@@ -5,6 +5,7 @@ device's total memory. Sources: NVIDIA H100/H200/A100 datasheets.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, replace
 
 from phantom.hardware.power import HOPPER_SXM, PowerModel
@@ -19,13 +20,19 @@ GIB = 1024**3
 # lent H200's host, a current Xeon server.
 H200_HOST_STEP_NS = 603_441.0
 H100_HOST_STEP_NS = 700_833.0
-# How far below that fastest speed the node's host runs on average: the mean slowdown of the
+# How far below that fastest speed a GPU node's host runs on average: the mean slowdown of the
 # pure-Python probe of bench/host_flicker.py, run back to back for 10-15 s on the lent hosts
-# (median of the runs; bench/data/host_flicker/, bench/data/session8/). The H200 hosts (one
-# and two GPUs): 1.32, 1.55, 1.34, 1.32, 1.20, 1.24; the H100 host: 1.92, 1.45, 1.59. Real
-# steps run at the host's typical speed, not its best.
-H200_HOST_MEAN_SLOWDOWN = 1.32
-H100_HOST_MEAN_SLOWDOWN = 1.59
+# (bench/data/host_flicker/, bench/data/session8/, bench/data/h100_session18/). One value for
+# every preset: the runs spread as much on one machine kind as across kinds (an H200 host gave
+# 1.32 and 1.55 four minutes apart), and real host-bound steps on the two kinds differ by their
+# reference steps' ratio alone (1 GPU: 1.17 against 1.16; 2 GPUs: 0.98 against 1.04-1.11),
+# not by the further 1.20x that the kinds' own medians (H100 1.59, H200 1.32) would put
+# between them (bench/README.md, host_bound.py, session 18).
+HOST_FLICKER_MEAN_SLOWDOWNS = (
+    1.32, 1.55, 1.34, 1.32, 1.20, 1.24,  # lent H200 hosts (one and two GPUs)
+    1.92, 1.45, 1.59, 1.87,  # lent H100 hosts
+)
+HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 
 
 @dataclass(frozen=True)
@@ -46,7 +53,7 @@ class GPUSpec:
     tdp_watts: int  # the board's power limit, which the power model holds it to
     power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
-    host_mean_slowdown: float = H200_HOST_MEAN_SLOWDOWN  # its typical speed below that
+    host_mean_slowdown: float = HOST_MEAN_SLOWDOWN  # its typical speed below that
     # A preset of the same die and clocks whose measured kernel rows this GPU borrows: all of
     # them when it has no database of its own, else the signatures its own misses. Tensor-core
     # rows keep their time, the others move by the fallback model's difference of the two GPUs,
@@ -97,7 +104,6 @@ _PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         power=HOPPER_SXM,
         host_step_ns=H100_HOST_STEP_NS,
-        host_mean_slowdown=H100_HOST_MEAN_SLOWDOWN,
         kernel_db_from="H200",  # the H200's rows fill this database's gaps (bench/db_borrow.py)
     ),
     "H200": GPUSpec(
