@@ -22,8 +22,8 @@ from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
-from phantom.engine.host import (HostSpeedNormalizer, SteadyGaps, code_fingerprint, reference_step_ns,
-                                 training_step)
+from phantom.engine.host import (DISPATCH_OVERHEAD, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
+                                 code_fingerprint, reference_step_ns, training_step, wake_penalty_ns)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -131,6 +131,11 @@ class Simulation:
         self.first_op_wall_ns: int | None = None
         # Simulated-host ns a handler entry costs beyond plain eager: calibrate_dispatch_overhead()
         self.dispatch_overhead_ns = 0.0
+        # Simulated-host ns taken off the gaps after each blocking coordinator round trip
+        # (a distributed run's collectives): calibrate_dispatch_overhead(), wake_penalty_ns()
+        self.wake_penalty_ns = 0.0
+        self._wake_credit = 0.0  # what is left of it to take off since the last wake-up
+        self.wake_ups = 0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
@@ -184,6 +189,12 @@ class Simulation:
         # In simulated-host nanoseconds: this machine at its best observed speed (the probe),
         # scaled by how fast it is relative to the simulated host.
         gap = (now - self._real_mark) * self._gap_scale
+        if self._wake_credit:
+            # the first runs of the script's code after a round trip, slow on cold caches: a
+            # real rank does not sleep there (see engine.host.wake_penalty_ns)
+            taken = min(gap, self._wake_credit)
+            gap -= taken
+            self._wake_credit -= taken
         if self._steady is not None:
             gap = self._steady.typical(site, gap)
         if dispatched:
@@ -193,6 +204,11 @@ class Simulation:
         self.user_host_ns += gap
         self.timeline.advance_host(gap)
         self._real_mark = now
+
+    def woke_up(self) -> None:
+        """The rank process just returned from a blocking round trip to the coordinator."""
+        self.wake_ups += 1
+        self._wake_credit = self.wake_penalty_ns
 
     def end_op(self) -> None:
         """Leaving phantom: our own overhead up to here is not the user's time."""
@@ -224,7 +240,8 @@ class Simulation:
                 "new_work": steady.new_work if steady is not None else None,
                 "new_work_ns": steady.new_work_ns if steady is not None else None,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns,
-                "dispatch_entries": self.dispatch_entries, "user_host_ns": self.user_host_ns}
+                "dispatch_entries": self.dispatch_entries,
+                "wake_penalty_ns": self.wake_penalty_ns, "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns}
 
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
@@ -515,6 +532,7 @@ class Simulation:
         self.host_speed = calibration["host_speed"]
         self.host_step_ns_here = calibration["host_step_ns_here"]
         self.dispatch_overhead_ns = calibration["dispatch_overhead_ns"]
+        self.wake_penalty_ns = calibration.get("wake_penalty_ns", 0.0)
         self._gap_scale = self._speed.factor * self.host_speed
         return self.dispatch_overhead_ns
 
@@ -537,7 +555,7 @@ class Simulation:
         spell. It may come out negative (the fake path cheaper than CPU kernels), and is
         used so: clipping at zero would bias every noisy estimate upwards. What is charged is
         the median of this measurement and the recent ones of the same code on this machine
-        (`HostSpeedNormalizer.settle_overhead`).
+        (`HostSpeedNormalizer.settle`).
         """
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -562,13 +580,26 @@ class Simulation:
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
         torch.set_num_threads(threads)
         self._sample_host_speed()
-        per_entry = self._speed.settle_overhead(code_fingerprint(), statistics.median(diffs))
+        per_entry = self._speed.settle(DISPATCH_OVERHEAD, code_fingerprint(), statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
+        wake_penalty = self._measure_wake_penalty() if self.comm is not None else 0.0
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
-                "dispatch_overhead_ns": self.dispatch_overhead_ns}
+                "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty}
+
+    def _measure_wake_penalty(self) -> float:
+        """Simulated-host ns to take off after each blocking round trip (wake_penalty_ns): the
+        median of this measurement and the recent ones of the same code on this machine."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        with unset_fake_temporarily():
+            raw = wake_penalty_ns(self._clock)
+        if raw is None:
+            return 0.0
+        best = raw * self._speed.sample_now()
+        return self._speed.settle(WAKE_PENALTY, code_fingerprint(), best) * self.host_speed
 
     def measure_raw_gaps(self) -> None:
         """From here on charge every gap as measured, in this machine's raw ns, with nothing

@@ -63,6 +63,63 @@ def test_presets_carry_their_measured_host():
         assert get_gpu(name).host_step_ns == pytest.approx(data["host_step_ns"])
 
 
+def test_every_preset_takes_the_pooled_typical_slowdown():
+    import statistics
+
+    from phantom.hardware.gpus import HOST_FLICKER_MEAN_SLOWDOWNS, HOST_MEAN_SLOWDOWN
+
+    assert HOST_MEAN_SLOWDOWN == statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
+    assert {get_gpu(n).host_mean_slowdown for n in ("H100", "H200", "A100")} == {HOST_MEAN_SLOWDOWN}
+
+
+def test_calibrations_are_settled_per_kind_and_remembered(tmp_path):
+    from phantom.engine.host import DISPATCH_OVERHEAD, WAKE_PENALTY
+
+    speed = HostSpeedNormalizer(tmp_path)
+    for v in (10.0, 30.0, 20.0):
+        speed.settle(DISPATCH_OVERHEAD, "code", v)
+    assert speed.settle(WAKE_PENALTY, "code", 5.0) == 5.0  # its own history
+    again = HostSpeedNormalizer(tmp_path)
+    assert again.settle(DISPATCH_OVERHEAD, "code", 100.0) == 25.0  # median of 10, 30, 20, 100
+    assert again.settle(DISPATCH_OVERHEAD, "new code", 7.0) == 7.0  # another version's are stale
+    assert again.settle(WAKE_PENALTY, "code", 9.0) == 7.0
+
+
+def test_wake_penalty_is_measured_against_a_partner_on_the_same_core():
+    import os
+    import time
+
+    from phantom.engine.host import wake_penalty_ns
+
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    penalty = wake_penalty_ns(time.process_time_ns, samples=20)
+    assert penalty is not None and 0.0 <= penalty < 1e6  # ns: microseconds, not milliseconds
+    if affinity is not None:
+        assert os.sched_getaffinity(0) == affinity  # the pinning is undone
+
+
+def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim._gap_scale = 1.0
+    ticks = iter([0, 6_000, 6_000, 20_000, 20_000, 25_000])
+    sim._clock = lambda: next(ticks)
+    sim._real_mark = sim._clock()
+    sim.wake_penalty_ns = 10_000.0
+    sim.woke_up()
+    host0 = sim.timeline.host_ns
+    sim.begin_op("a")  # 6 us measured: all of it the wake-up's
+    sim._real_mark = sim._clock()
+    assert sim.timeline.host_ns == host0
+    sim.begin_op("b")  # 14 us measured: the 4 us left of the penalty come off
+    sim._real_mark = sim._clock()
+    assert sim.timeline.host_ns - host0 == pytest.approx(10_000.0)
+    sim.begin_op("c")  # nothing left to take
+    assert sim.timeline.host_ns - host0 == pytest.approx(15_000.0)
+    assert sim.wake_ups == 1
+
+
 def test_report_says_how_fast_this_host_was_taken_to_be(run_script):
     text = """
         import torch

@@ -240,7 +240,9 @@ class RankComm:
                            {r.rank: r.payload} if r.payload is not None else {}, "local", "", 1)
                     for r in requests]
         try:
-            return self.client.exchange(requests)
+            results = self.client.exchange(requests)
+            self.sim.woke_up()
+            return results
         except CoordinatorAborted as e:
             from phantom.interception.mode import SimulationError
 

@@ -51,9 +51,12 @@ def _probe_ns(clock=_CLOCK_NS, n: int = PROBE_N) -> int:
 
 # The cached best step (timed on one intra-op thread since this key; older ones are dropped).
 _STEP_KEY = "best_step_1thread_ns"
-# Dispatch-overhead measurements kept per code fingerprint; a run charges their median.
-OVERHEAD_HISTORY = 15
-_OVERHEAD_KEY = "dispatch_overhead_ns"
+# Calibrations kept per code fingerprint (the cache's keys below); a run charges the median of
+# the last HISTORY measurements.
+HISTORY = 15
+DISPATCH_OVERHEAD = "dispatch_overhead_ns"
+WAKE_PENALTY = "wake_penalty_ns"
+_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY)
 
 
 def code_fingerprint() -> str:
@@ -81,7 +84,7 @@ class HostSpeedNormalizer:
         # Keyed by CPU model as well as host name: cloud VMs often share a host name ("vm"),
         # and a best speed remembered from a faster CPU would make this one look that fast.
         self._cache = cache_dir / f"host-probe-{platform.node()}-{_cpu_tag()}.json" if cache_dir else None
-        self.best_ns, self.best_step_ns, self._overheads = self._load_best()
+        self.best_ns, self.best_step_ns, self._histories = self._load_best()
         self.factor = 1.0
         self._samples: list[float] = []  # every sample of the run: the speed, variation()
         _probe_ns(clock)  # warm the code path
@@ -125,20 +128,21 @@ class HostSpeedNormalizer:
             self._save_best()
         return self.best_step_ns
 
-    def settle_overhead(self, fingerprint: str, per_entry_ns: float) -> float:
-        """Fold a measurement of the dispatch overhead per handler entry (ns at this machine's
-        best speed) into the last OVERHEAD_HISTORY ones of the same code here, and return their
-        median. One measurement spreads by +-1.5 us from run to run (13-18 us seen), a few
-        ms a step in a host-bound run; the median of the recent ones is the same quantity
-        measured more times, and runs that compare two settings compare like with like."""
-        kept = [v for v in self._overheads.get(fingerprint, []) if isinstance(v, (int, float))
-                and math.isfinite(v)][-(OVERHEAD_HISTORY - 1):]
-        kept.append(per_entry_ns)
-        self._overheads = {fingerprint: kept}  # other versions' are stale
+    def settle(self, kind: str, fingerprint: str, value_ns: float) -> float:
+        """Fold a measurement of `kind` (DISPATCH_OVERHEAD: per handler entry; WAKE_PENALTY:
+        per wake-up; ns at this machine's best speed) into the last HISTORY ones of the same
+        code here, and return their median. One dispatch-overhead measurement spreads by
+        +-1.5 us from run to run (13-18 us seen), a few ms a step in a host-bound run; the
+        median of the recent ones is the same quantity measured more times, and runs that
+        compare two settings compare like with like."""
+        kept = [v for v in self._histories.get(kind, {}).get(fingerprint, [])
+                if isinstance(v, (int, float)) and math.isfinite(v)][-(HISTORY - 1):]
+        kept.append(value_ns)
+        self._histories[kind] = {fingerprint: kept}  # other versions' are stale
         self._save_best()
         return statistics.median(kept)
 
-    def _load_best(self) -> tuple[int | None, float | None, dict]:
+    def _load_best(self) -> tuple[int | None, float | None, dict[str, dict]]:
         try:
             saved = json.loads(self._cache.read_text()) if self._cache else {}
         except (OSError, ValueError):
@@ -146,10 +150,13 @@ class HostSpeedNormalizer:
         if not isinstance(saved, dict):
             return None, None, {}
         probe, step = saved.get("best_probe_ns"), saved.get(_STEP_KEY)
-        overheads = saved.get(_OVERHEAD_KEY)
+        histories = {}
+        for kind in _HISTORY_KEYS:
+            by_code = saved.get(kind)
+            if isinstance(by_code, dict):
+                histories[kind] = {k: v for k, v in by_code.items() if isinstance(v, list)}
         return (int(probe) if _positive(probe) else None, float(step) if _positive(step) else None,
-                {k: v for k, v in overheads.items() if isinstance(v, list)}
-                if isinstance(overheads, dict) else {})
+                histories)
 
     def _save_best(self) -> None:
         if self._cache is None:
@@ -158,7 +165,7 @@ class HostSpeedNormalizer:
             self._cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._cache.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N,
-                                       _STEP_KEY: self.best_step_ns, _OVERHEAD_KEY: self._overheads}))
+                                       _STEP_KEY: self.best_step_ns, **self._histories}))
             os.replace(tmp, self._cache)
         except OSError:
             pass  # a read-only cache only costs the memory across runs
@@ -359,6 +366,97 @@ def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock
             step()
         best = min(best, (clock() - t0) / steps)
     return best
+
+
+# The other process of `wake_penalty_ns`: on the same core, it walks a few MB of Python objects
+# each time it is woken, as another rank or the coordinator does while a rank waits on its
+# collective, and so evicts what the waiting rank had cached.
+_WAKE_PARTNER = r"""
+import os, sys
+core = int(sys.argv[1])
+if core >= 0 and hasattr(os, "sched_setaffinity"):
+    os.sched_setaffinity(0, {core})
+rows = [[i] * 8 for i in range(60_000)]
+read, write = sys.stdin.buffer.read, sys.stdout.buffer
+while read(1) == b"x":
+    total = 0
+    for row in rows[::5]:
+        total += row[0]
+    write.write(b"y")
+    write.flush()
+"""
+
+
+def _collective_call_path() -> Callable[[], None]:
+    """The host code a script runs around a collective (torch.distributed's argument checks
+    and options on a tensor): what a rank runs right after its coordinator round trip."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    t = torch.ones(1024)
+
+    def path() -> None:
+        c10d._check_single_tensor(t, "tensor")
+        c10d._rank_not_in_group(None)
+        t.is_complex(), t.is_contiguous(), t.numel(), t.dtype, t.device
+        opts = c10d.AllreduceOptions()
+        opts.reduceOp = c10d.ReduceOp.SUM
+        opts.timeout = c10d.default_pg_timeout
+
+    return path
+
+
+def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120) -> float | None:
+    """How much longer, in this machine's ns, a rank's host code runs right after the rank
+    slept in a blocking wait while another process ran on its core, than the same code in
+    a steady loop: the median over `samples` of each, on one core with a partner process
+    that walks memory while this one waits. None where it cannot be measured.
+
+    Under phantom every collective blocks the rank process in its coordinator round trip;
+    a real GPU host never sleeps there (the NCCL enqueue returns at once), so the first run
+    of each code path after the wait, slow on cold caches, is phantom's cost, not the
+    script's. Measured on this VM in session 12 (`bench/collective_wake_cost.py`): 9-21 us
+    for torch's code around a collective call, against 1-3 us for plain arithmetic; paid
+    once per wake-up, not per repetition of the code."""
+    import subprocess
+
+    try:
+        path = _collective_call_path()
+        path()
+        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        core = min(affinity) if affinity else -1
+        partner = subprocess.Popen([sys.executable, "-c", _WAKE_PARTNER, str(core)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    except Exception:  # noqa: BLE001 (no correction rather than a failed run)
+        return None
+    try:
+        if affinity:
+            os.sched_setaffinity(0, {core})
+        steady, woken = [], []
+        for _ in range(samples):
+            path()
+            t0 = clock()
+            path()
+            steady.append(clock() - t0)
+            partner.stdin.write(b"x")
+            partner.stdin.flush()
+            if partner.stdout.read(1) != b"y":
+                return None
+            t0 = clock()
+            path()
+            woken.append(clock() - t0)
+        return max(0.0, statistics.median(woken) - statistics.median(steady))
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        if affinity:
+            os.sched_setaffinity(0, affinity)
+        try:
+            partner.stdin.write(b"q")
+            partner.stdin.close()
+            partner.wait(timeout=5)
+        except Exception:  # noqa: BLE001
+            partner.kill()
 
 
 def cpu_model() -> str:
