@@ -72,6 +72,19 @@ def test_every_preset_takes_the_pooled_typical_slowdown():
     assert {get_gpu(n).host_mean_slowdown for n in ("H100", "H200", "A100")} == {HOST_MEAN_SLOWDOWN}
 
 
+def test_the_pooled_slowdown_is_the_committed_flicker_runs():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "host_pairs.py"
+    spec = importlib.util.spec_from_file_location("host_pairs", path)
+    host_pairs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(host_pairs)
+    from phantom.hardware.gpus import HOST_FLICKER_MEAN_SLOWDOWNS
+
+    measured = sorted(s for _, _, s in host_pairs.flicker_slowdowns())
+    assert measured == sorted(HOST_FLICKER_MEAN_SLOWDOWNS)
+
+
 def test_calibrations_are_settled_per_kind_and_remembered(tmp_path):
     from phantom.engine.host import DISPATCH_OVERHEAD, WAKE_PENALTY
 
