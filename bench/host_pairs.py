@@ -35,6 +35,7 @@ ONE_GPU = [
     ("H100", "host_bound_h100.json"), ("H100", "host_bound_h100_b.json"),
     ("H100", "session8/host_bound_h100_s8.json"),
     ("H100", "session18/host_pairs_h100x2/host_bound_1gpu.json"),  # GPU 0 of the 2 x H100 machine
+    ("H100", "session18/host_pairs_h100/host_bound_1gpu.json"),
     ("H200", "host_bound_h200.json"), ("H200", "session8/host_bound_h200_s8.json"),
 ]
 TWO_GPUS = [
@@ -53,6 +54,8 @@ FLICKER = [
     ("H100", "h100_session18/flicker_h100_1core.json"),
     ("H100", "session18/host_pairs_h100x2/flicker_before.json"),
     ("H100", "session18/host_pairs_h100x2/flicker_after.json"),
+    ("H100", "session18/host_pairs_h100/flicker_before.json"),
+    ("H100", "session18/host_pairs_h100/flicker_after.json"),
 ]
 # What the presets made of an H100 host against an H200 host before session 18 (per-kind
 # typical slowdowns, 1.59 and 1.32) and since (one pooled value).

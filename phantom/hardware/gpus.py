@@ -23,14 +23,14 @@ H100_HOST_STEP_NS = 700_833.0
 # How far below that fastest speed a GPU node's host runs on average: the median of the mean
 # slowdowns of the pure-Python probe of bench/host_flicker.py, run back to back for 10-15 s on
 # the lent hosts (one value per probing core; the files are listed in bench/host_pairs.py). One
-# value for every preset: the H100 hosts' runs are the higher (median 1.73 against 1.32), but
-# their real host-bound steps are not slower by that: over 11 pairs of real runs of the same
+# value for every preset: the H100 hosts' runs are the higher (median 1.67 against 1.32), but
+# their real host-bound steps are not slower by that: over 13 pairs of real runs of the same
 # host-bound suite on an H100 and an H200 host, the H100 step took 1.09x the H200 one (median;
-# 0.94-1.26), where per-kind values made the simulated H100 host 1.40x slower, above every
+# 0.93-1.26), where per-kind values made the simulated H100 host 1.40x slower, above every
 # pair, and one value makes it 1.16x (the reference steps' ratio); bench/host_pairs.py.
 HOST_FLICKER_MEAN_SLOWDOWNS = (
     1.32, 1.55, 1.34, 1.32, 1.20, 1.24,  # lent H200 hosts (one and two GPUs)
-    1.92, 1.45, 1.59, 1.87, 1.58, 2.15,  # lent H100 hosts (one and two GPUs)
+    1.92, 1.45, 1.59, 1.87, 1.58, 2.15, 1.39, 1.74,  # lent H100 hosts (one and two GPUs)
 )
 HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 
