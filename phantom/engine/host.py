@@ -372,8 +372,9 @@ def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock
 # ~2 MB of Python objects (12,000 lists of 8), about a server core's private L2, as another
 # rank or the coordinator does while a rank waits on its collective. What it evicts sets the
 # penalty: walking ~0.6 MB gave 1.7 us on the development VM, ~2 MB 5 us, ~7 MB 26 us and
-# ~25 MB 68 us (session 18). A rank in a 2-rank run measured 9-21 us (session 12), so this
-# size takes off a part of the cost, not more than all of it.
+# ~25 MB 68 us (session 18). A rank of a real 2-rank run under phantom measured 9-21 us on
+# session 12's VM and 6-9 us on session 18's, where this gave 4-6 us: this size takes off
+# most of the cost, not more than all of it (bench/collective_wake_cost.py).
 _WAKE_PARTNER = r"""
 import os, sys
 core = int(sys.argv[1])
