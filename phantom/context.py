@@ -189,9 +189,10 @@ class Simulation:
         # In simulated-host nanoseconds: this machine at its best observed speed (the probe),
         # scaled by how fast it is relative to the simulated host.
         gap = (now - self._real_mark) * self._gap_scale
-        if self._wake_credit:
+        if self._wake_credit > 0:
             # the first runs of the script's code after a round trip, slow on cold caches: a
-            # real rank does not sleep there (see engine.host.wake_penalty_ns)
+            # real rank does not sleep there (see engine.host.wake_penalty_ns). DDP's reducer
+            # wakes from the autograd thread: a race here only moves the credit between gaps.
             taken = min(gap, self._wake_credit)
             gap -= taken
             self._wake_credit -= taken
@@ -523,7 +524,8 @@ class Simulation:
     def calibrate_dispatch_overhead(self, pairs: int = 15, steps: int = 4) -> float:
         """What reaching the handler costs per entry, in simulated-host ns (taken off every
         dispatched gap). In a distributed run the first rank to get here measures it, with
-        the host speed, and every other rank uses its numbers: ranks that do the same work
+        the host speed and the wake-up cost of a round trip (`_measure_wake_penalty`), and
+        every other rank uses its numbers: ranks that do the same work
         must not differ by a measurement's noise (an error of 1 us per entry is several ms a
         step in a host-bound run)."""
         client = self.comm.client if self.comm is not None else None
@@ -582,7 +584,9 @@ class Simulation:
         self._sample_host_speed()
         per_entry = self._speed.settle(DISPATCH_OVERHEAD, code_fingerprint(), statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
-        wake_penalty = self._measure_wake_penalty() if self.comm is not None else 0.0
+        # only where collectives block on a coordinator (not a 1-rank run's local group)
+        blocking = self.comm is not None and self.comm.client is not None
+        wake_penalty = self._measure_wake_penalty() if blocking else 0.0
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
@@ -608,6 +612,7 @@ class Simulation:
         self._steady = None
         self._gap_scale = 1.0
         self.dispatch_overhead_ns = 0.0
+        self.wake_penalty_ns = self._wake_credit = 0.0
         self._ops_until_speed_sample = 1 << 30
         self._next_progress = float("inf")
 
@@ -674,6 +679,7 @@ class Simulation:
         waiting for one of them."""
         self.comm.flush()
         answer = self.comm.client.share_gaps(len(self.iterations), self._steady.means())
+        self.woke_up()  # a blocking round trip like a collective's
         if answer is None:
             return
         if answer["means"] is not None:

@@ -98,17 +98,48 @@ def test_calibrations_are_settled_per_kind_and_remembered(tmp_path):
     assert again.settle(WAKE_PENALTY, "code", 9.0) == 7.0
 
 
-def test_wake_penalty_is_measured_against_a_partner_on_the_same_core():
+def test_wake_penalty_is_measured_against_a_partner_on_the_same_core(monkeypatch):
+    import os
+    import subprocess
+    import time
+
+    import phantom.engine.host as host
+
+    if not hasattr(os, "sched_getaffinity"):
+        assert host.wake_penalty_ns(time.process_time_ns, samples=5) is None  # cannot pin
+        return
+    affinity = os.sched_getaffinity(0)
+    seen = []
+    popen = subprocess.Popen
+
+    def spy(args, **kw):
+        seen.append(args[-1])  # the core the partner pins itself to
+        return popen(args, **kw)
+
+    monkeypatch.setattr(subprocess, "Popen", spy)
+    penalty = host.wake_penalty_ns(time.process_time_ns, samples=20)
+    assert penalty is not None and penalty < 1e6  # ns: microseconds, not milliseconds
+    assert seen == [str(min(affinity))]  # the partner shares this process's core
+    assert os.sched_getaffinity(0) == affinity  # the pinning is undone
+
+
+@pytest.mark.parametrize("partner", ["import time; time.sleep(30)",  # alive, never answers
+                                     "raise SystemExit(3)",          # dies at once
+                                     "import sys; sys.stdout.buffer.write(b'n'); sys.stdout.flush()"])
+def test_a_partner_that_does_not_answer_gives_no_correction(monkeypatch, partner):
     import os
     import time
 
-    from phantom.engine.host import wake_penalty_ns
+    import phantom.engine.host as host
 
-    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    penalty = wake_penalty_ns(time.process_time_ns, samples=20)
-    assert penalty is not None and 0.0 <= penalty < 1e6  # ns: microseconds, not milliseconds
-    if affinity is not None:
-        assert os.sched_getaffinity(0) == affinity  # the pinning is undone
+    if not hasattr(os, "sched_getaffinity"):
+        pytest.skip("no CPU affinity control here")
+    affinity = os.sched_getaffinity(0)
+    monkeypatch.setattr(host, "_WAKE_PARTNER", partner)
+    t0 = time.monotonic()
+    assert host.wake_penalty_ns(time.process_time_ns, samples=3, reply_timeout_s=0.5) is None
+    assert time.monotonic() - t0 < 10  # neither hangs nor waits out the sleeping partner
+    assert os.sched_getaffinity(0) == affinity
 
 
 def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
@@ -131,6 +162,48 @@ def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
     sim.begin_op("c")  # nothing left to take
     assert sim.timeline.host_ns - host0 == pytest.approx(15_000.0)
     assert sim.wake_ups == 1
+
+
+def test_a_wake_up_penalty_comes_off_before_the_steady_mean():
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))  # steady gaps
+    sim._gap_scale = 1.0
+    sim.dispatch_overhead_ns = 0.0
+    sim.wake_penalty_ns = 4_000.0
+    clock = iter(range(0, 10**9, 10_000))  # every gap measures 10 us
+    sim._clock = lambda: next(clock)
+    charged = []
+    for it in range(4):  # the same site after a wake-up in every iteration
+        sim._real_mark = sim._clock()
+        sim.woke_up()
+        before = sim.timeline.host_ns
+        sim.begin_op("after collective")
+        charged.append(sim.timeline.host_ns - before)
+        sim._steady.new_iteration()
+    assert charged == pytest.approx([6_000.0] * 4)  # measured 10, 4 of it the wake-up's
+
+
+def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
+    from phantom.context import SimOptions, Simulation
+    from phantom.distributed.comm import RankComm
+    from phantom.distributed.wire import Request, Result
+
+    class Client:
+        def exchange(self, requests):
+            return [Result(r.ready_ns, r.ready_ns + 1.0) for r in requests]
+
+    def request(members):
+        return Request(key=("g", 1), rank=0, kind="all_reduce", members=members, nbytes=4,
+                       signature=(), ready_ns=0.0, host_ns=0.0, site="")
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim.wake_penalty_ns = 5_000.0
+    comm = RankComm(sim, rank=0, world_size=2, client=Client())
+    comm._exchange([request((0,))])  # a group of one: resolved here, no round trip
+    assert sim.wake_ups == 0 and sim._wake_credit == 0.0
+    comm._exchange([request((0, 1))])
+    assert sim.wake_ups == 1 and sim._wake_credit == 5_000.0
 
 
 def test_report_says_how_fast_this_host_was_taken_to_be(run_script):

@@ -60,8 +60,9 @@ _HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY)
 
 
 def code_fingerprint() -> str:
-    """Python, torch and phantom's own code: what the dispatch overhead of this machine
-    depends on besides its speed (the cached measurements of another version do not count)."""
+    """Python, torch and phantom's own code: what the dispatch overhead and wake-up cost of
+    this machine depend on besides its speed (the cached measurements of another version do
+    not count)."""
     import hashlib
 
     import torch
@@ -410,11 +411,13 @@ def _collective_call_path() -> Callable[[], None]:
     return path
 
 
-def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120) -> float | None:
+def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120, reply_timeout_s: float = 2.0) -> float | None:
     """How much longer, in this machine's ns, a rank's host code runs right after the rank
     slept in a blocking wait while another process ran on its core, than the same code in
     a steady loop: the median over `samples` of each, on one core with a partner process
-    that walks memory while this one waits. None where it cannot be measured.
+    that walks memory while this one waits. None where it cannot be measured (no CPU
+    affinity control, as on macOS; a partner that fails, or does not answer within
+    `reply_timeout_s`).
 
     Under phantom every collective blocks the rank process in its coordinator round trip;
     a real GPU host never sleeps there (the NCCL enqueue returns at once), so the first run
@@ -422,20 +425,24 @@ def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120) -> float | None:
     script's. Measured on this VM in session 12 (`bench/collective_wake_cost.py`): 9-21 us
     for torch's code around a collective call, against 1-3 us for plain arithmetic; paid
     once per wake-up, not per repetition of the code."""
+    import select
     import subprocess
 
+    if not hasattr(os, "sched_getaffinity"):
+        return None  # without pinning, the partner may run elsewhere: another quantity
     try:
         path = _collective_call_path()
         path()
-        affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        core = min(affinity) if affinity else -1
-        partner = subprocess.Popen([sys.executable, "-c", _WAKE_PARTNER, str(core)],
-                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        affinity = os.sched_getaffinity(0)
+        core = min(affinity)
+        # -I -S: no user site or sitecustomize in the partner; its errors are not the run's
+        partner = subprocess.Popen([sys.executable, "-I", "-S", "-c", _WAKE_PARTNER, str(core)],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.DEVNULL)
     except Exception:  # noqa: BLE001 (no correction rather than a failed run)
         return None
     try:
-        if affinity:
-            os.sched_setaffinity(0, {core})
+        os.sched_setaffinity(0, {core})
         steady, woken = [], []
         for _ in range(samples):
             path()
@@ -444,7 +451,8 @@ def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120) -> float | None:
             steady.append(clock() - t0)
             partner.stdin.write(b"x")
             partner.stdin.flush()
-            if partner.stdout.read(1) != b"y":
+            ready, _, _ = select.select([partner.stdout], [], [], reply_timeout_s)
+            if not ready or os.read(partner.stdout.fileno(), 1) != b"y":
                 return None
             t0 = clock()
             path()
@@ -453,24 +461,46 @@ def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120) -> float | None:
     except Exception:  # noqa: BLE001
         return None
     finally:
-        if affinity:
-            os.sched_setaffinity(0, affinity)
+        _stop(partner)
         try:
-            partner.stdin.write(b"q")
-            partner.stdin.close()
-            partner.wait(timeout=5)
+            os.sched_setaffinity(0, affinity)
+        except OSError:
+            pass
+
+
+def _stop(partner) -> None:
+    """End `wake_penalty_ns`'s partner process and close its pipes, whatever state it is in."""
+    try:
+        partner.stdin.write(b"q")
+        partner.stdin.flush()
+    except Exception:  # noqa: BLE001 (it may have died)
+        pass
+    for pipe in (partner.stdin, partner.stdout):
+        try:
+            pipe.close()
         except Exception:  # noqa: BLE001
-            partner.kill()
+            pass
+    try:
+        partner.wait(timeout=5)
+    except Exception:  # noqa: BLE001
+        partner.kill()
+        partner.wait()
 
 
 def cpu_model() -> str:
     """The CPU's model name (/proc/cpuinfo), or what the platform says elsewhere."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        pass
+        lines = []
+    for line in lines:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    # Arm: no model name line; the implementer and part numbers identify the core
+    arm = [line.split(":", 1)[1].strip() for line in lines
+           if line.startswith(("CPU implementer", "CPU part"))][:2]
+    if arm:
+        return "arm " + " ".join(arm)
     return platform.processor() or "unknown"
 
 
