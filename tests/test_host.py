@@ -94,8 +94,12 @@ def test_calibrations_are_settled_per_kind_and_remembered(tmp_path):
     assert speed.settle(WAKE_PENALTY, "code", 5.0) == 5.0  # its own history
     again = HostSpeedNormalizer(tmp_path)
     assert again.settle(DISPATCH_OVERHEAD, "code", 100.0) == 25.0  # median of 10, 30, 20, 100
-    assert again.settle(DISPATCH_OVERHEAD, "new code", 7.0) == 7.0  # another version's are stale
+    assert again.settle(DISPATCH_OVERHEAD, "new code", 7.0) == 7.0  # another version's not mixed in
+    assert again.settle(DISPATCH_OVERHEAD, "code", 25.0) == 25.0  # ... nor lost: 10, 30, 20, 100, 25
     assert again.settle(WAKE_PENALTY, "code", 9.0) == 7.0
+    for v in range(5):  # only the most recent versions are kept
+        again.settle(DISPATCH_OVERHEAD, f"v{v}", 1.0)
+    assert again.settle(DISPATCH_OVERHEAD, "code", 3.0) == 3.0
 
 
 def test_wake_penalty_is_measured_against_a_partner_on_the_same_core(monkeypatch):

@@ -54,6 +54,7 @@ _STEP_KEY = "best_step_1thread_ns"
 # Calibrations kept per code fingerprint (the cache's keys below); a run charges the median of
 # the last HISTORY measurements.
 HISTORY = 15
+KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
 _HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY)
@@ -139,7 +140,11 @@ class HostSpeedNormalizer:
         kept = [v for v in self._histories.get(kind, {}).get(fingerprint, [])
                 if isinstance(v, (int, float)) and math.isfinite(v)][-(HISTORY - 1):]
         kept.append(value_ns)
-        self._histories[kind] = {fingerprint: kept}  # other versions' are stale
+        # a few versions' histories are kept: one machine may alternate between two torch
+        # installs (CI's CPU and CUDA builds), and each would otherwise restart the other's
+        others = [(code, values) for code, values in self._histories.get(kind, {}).items()
+                  if code != fingerprint][-(KEPT_VERSIONS - 1):]
+        self._histories[kind] = dict(others + [(fingerprint, kept)])
         self._save_best()
         return statistics.median(kept)
 
