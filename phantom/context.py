@@ -241,8 +241,8 @@ class Simulation:
                 "new_work": steady.new_work if steady is not None else None,
                 "new_work_ns": steady.new_work_ns if steady is not None else None,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns,
-                "dispatch_entries": self.dispatch_entries,
-                "wake_penalty_ns": self.wake_penalty_ns, "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns}
+                "dispatch_entries": self.dispatch_entries, "wake_penalty_ns": self.wake_penalty_ns,
+                "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns}
 
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
@@ -525,9 +525,9 @@ class Simulation:
         """What reaching the handler costs per entry, in simulated-host ns (taken off every
         dispatched gap). In a distributed run the first rank to get here measures it, with
         the host speed and the wake-up cost of a round trip (`_measure_wake_penalty`), and
-        every other rank uses its numbers: ranks that do the same work
-        must not differ by a measurement's noise (an error of 1 us per entry is several ms a
-        step in a host-bound run)."""
+        every other rank uses its numbers: ranks that do the same work must not differ by a
+        measurement's noise (an error of 1 us per entry is several ms a step in a host-bound
+        run)."""
         client = self.comm.client if self.comm is not None else None
         measure = lambda: self._measure_host_calibration(pairs, steps)  # noqa: E731
         calibration = measure() if client is None else client.shared_calibration(measure)
@@ -582,18 +582,19 @@ class Simulation:
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
         torch.set_num_threads(threads)
         self._sample_host_speed()
-        per_entry = self._speed.settle(DISPATCH_OVERHEAD, code_fingerprint(), statistics.median(diffs))
+        fingerprint = code_fingerprint()  # hashes phantom's sources: once per calibration
+        per_entry = self._speed.settle(DISPATCH_OVERHEAD, fingerprint, statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
         # only where collectives block on a coordinator (not a 1-rank run's local group)
         blocking = self.comm is not None and self.comm.client is not None
-        wake_penalty = self._measure_wake_penalty() if blocking else 0.0
+        wake_penalty = self._measure_wake_penalty(fingerprint) if blocking else 0.0
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty}
 
-    def _measure_wake_penalty(self) -> float:
+    def _measure_wake_penalty(self, fingerprint: str) -> float:
         """Simulated-host ns to take off after each blocking round trip (wake_penalty_ns): the
         median of this measurement and the recent ones of the same code on this machine."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -603,7 +604,7 @@ class Simulation:
         if raw is None:
             return 0.0
         best = raw * self._speed.sample_now()
-        return self._speed.settle(WAKE_PENALTY, code_fingerprint(), best) * self.host_speed
+        return self._speed.settle(WAKE_PENALTY, fingerprint, best) * self.host_speed
 
     def measure_raw_gaps(self) -> None:
         """From here on charge every gap as measured, in this machine's raw ns, with nothing
