@@ -18,8 +18,11 @@ assert dist.get_backend() == "nccl" and world == 2
 assert os.environ["LOCAL_WORLD_SIZE"] == "2" and os.environ["MASTER_ADDR"]
 x = torch.randn(16 * 2**20, device="cuda")  # 64 MiB of fp32
 dist.all_reduce(x); torch.cuda.synchronize()
-t0 = time.perf_counter(); dist.all_reduce(x); torch.cuda.synchronize()
-print(f"rank{rank} allreduce_us={(time.perf_counter() - t0) * 1e6:.1f}")
+times = []
+for _ in range(5):  # the fastest of a few: one call's host gap on a busy machine is noise
+    t0 = time.perf_counter(); dist.all_reduce(x); torch.cuda.synchronize()
+    times.append(time.perf_counter() - t0)
+print(f"rank{rank} allreduce_us={min(times) * 1e6:.1f}")
 w = dist.all_reduce(x, async_op=True); w.wait()
 out = torch.empty(2 * x.numel(), device="cuda")
 dist.all_gather_into_tensor(out, x)
@@ -84,8 +87,8 @@ def test_collectives_carry_values_and_take_network_time(tmp_path):
     for rank in (0, 1):
         assert (f"rank{rank} objs=[{{'rank': 0}}, {{'rank': 1}}] bcast=['from1'] "
                 f"cpu_sum=3.0 flag=11") in proc.stdout
-    # The script's own timing of one 64 MiB all-reduce is the network model's time plus
-    # the host's launch cost (tens of microseconds).
+    # The script's own timing of one 64 MiB all-reduce (the fastest of 5) is the network
+    # model's time plus the host's launch cost (tens of microseconds).
     net = NetworkSimulator(load_cluster(None, nproc_per_node=2, gpu="H200"))
     model_us = net.estimate(CollectiveOp("all_reduce", (0, 1), 64 * 2**20)).duration_ns / 1e3
     measured = float(re.search(r"rank0 allreduce_us=([\d.]+)", proc.stdout).group(1))
