@@ -78,8 +78,13 @@ def summarize(points: list[tuple[int, int]]) -> dict:
             "slow_share": round(sum(slow) / len(slow), 3), "window_mean_slowdown": windows, "spells": spell}
 
 
-def _worker(args: tuple[float, int | None]) -> dict:
-    return summarize(series(*args))
+def _worker(args: tuple[float, int | None, bool]) -> dict:
+    seconds, core, keep = args
+    points = series(seconds, core)
+    out = summarize(points)
+    if keep:  # the raw series, for replaying a host's speed over time (--series-out)
+        out["series"] = {"core": core, "start_ns": [t for t, _ in points], "probe_ns": [d for _, d in points]}
+    return out
 
 
 def main() -> None:
@@ -87,14 +92,22 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--cores", type=int, default=1, help="processes probing at once, one per core")
     p.add_argument("--out", default=None)
+    p.add_argument("--series-out", default=None,
+                   help="also write every probe (start ns on the shared monotonic clock, duration ns) per core, gzipped JSON")
     a = p.parse_args()
     cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [None]
-    jobs = [(a.seconds, cores[i % len(cores)] if cores[0] is not None else None) for i in range(a.cores)]
+    keep = a.series_out is not None
+    jobs = [(a.seconds, cores[i % len(cores)] if cores[0] is not None else None, keep) for i in range(a.cores)]
     if a.cores == 1:
         per_core = [_worker(jobs[0])]
     else:
         with mp.get_context("spawn").Pool(a.cores) as pool:
             per_core = pool.map(_worker, jobs)
+    if keep:
+        import gzip
+        every = [c.pop("series") for c in per_core]
+        with gzip.open(a.series_out, "wt") as f:
+            json.dump({"node": platform.node(), "probe_n": PROBE_N, "per_core": every}, f)
     result = {"node": platform.node(), "python": platform.python_version(), "cpu_count": os.cpu_count(),
               "seconds": a.seconds, "cores_probing": a.cores, "per_core": per_core}
     text = json.dumps(result, indent=1)
