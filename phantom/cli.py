@@ -67,6 +67,11 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="steady (default): from the second iteration on, the script's host time "
                         "between two ops is the mean of that point of the last few iterations; "
                         "measured: every gap as measured on this machine (README, host time policy)")
+    p.add_argument("--rank-spread", type=float, default=None, metavar="SIGMA",
+                   help="how far apart the ranks of a multi-GPU run go on the host (sigma of a "
+                        "lognormal host time; default: the GPU preset's, measured on real "
+                        "2-GPU hosts): every rank's host time is charged at the pace of the "
+                        "world's slowest rank. 0: at a typical rank's pace")
     p.add_argument("--no-db", action="store_true",
                    help="leave out the shipped kernel database: fallback (roofline) times only, "
                         "plus any --db")
@@ -89,7 +94,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 # phantom run's options that take a value (the rest are flags)
 RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--power-limit", "--report", "--on-data-read", "--nproc-per-node",
-                          "--host-speed", "--host-gaps", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
+                          "--host-speed", "--host-gaps", "--rank-spread", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
                           "--ranks", "--executor", "--ray-address",
                           "--out", "--trace", "--trace-ranks", "--trace-iters"}
 
@@ -145,10 +150,13 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         _check_power_limit(args.power_limit, args.gpu or "H100")
     if args.host_speed is not None and not (math.isfinite(args.host_speed) and args.host_speed > 0):
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
+    if args.rank_spread is not None and not (math.isfinite(args.rank_spread) and 0 <= args.rank_spread <= 1):
+        raise UsageError(f"--rank-spread must be a number from 0 to 1, got {args.rank_spread:g}")
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, power_limit_w=args.power_limit,
                        report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       host_speed=args.host_speed, host_gaps=args.host_gaps, tee=args.tee, log_dir=args.log_dir,
+                       host_speed=args.host_speed, host_gaps=args.host_gaps, rank_spread=args.rank_spread,
+                       tee=args.tee, log_dir=args.log_dir,
                        db_paths=_check_dbs(args.db, args.gpu or "H100"),
                        shipped_db=not args.no_db)
     if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:

@@ -23,7 +23,8 @@ from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
 from phantom.engine.host import (DISPATCH_OVERHEAD, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
-                                 code_fingerprint, reference_step_ns, training_step, wake_penalty_ns)
+                                 code_fingerprint, reference_step_ns, straggler_pace, training_step,
+                                 wake_penalty_ns)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -71,6 +72,9 @@ class SimOptions:
     # of the same point of the last few iterations (engine.host.SteadyGaps); "measured":
     # every gap as measured here (scaled by the speed probe).
     host_gaps: str = "steady"
+    # Spread (sigma) of the ranks' host times in a multi-GPU step; None: the GPU preset's
+    # (GPUSpec.host_rank_spread). 0 runs every rank at a typical rank's pace.
+    rank_spread: float | None = None
     # Kernel databases added to the shipped one for this GPU (phantom run --db), and whether to
     # record every op signature (phantom profile).
     db_paths: list[str] = field(default_factory=list)
@@ -138,6 +142,9 @@ class Simulation:
         self.wake_ups = 0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
+        # All host time of a rank of a multi-GPU run is charged at the pace of the world's
+        # slowest rank (set_world; engine.host.straggler_pace); 1 on one GPU.
+        self.rank_pace = 1.0
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         # This machine (at its best observed speed) against the simulated host: given, or
@@ -201,10 +208,20 @@ class Simulation:
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
-        gap = max(0.0, gap)
+        gap = max(0.0, gap) * self.rank_pace
         self.user_host_ns += gap
         self.timeline.advance_host(gap)
         self._real_mark = now
+
+    def set_world(self, world_size: int) -> None:
+        """This process is a rank of a `world_size`-rank run: its host time runs at the pace
+        of the world's slowest rank (engine.host.straggler_pace)."""
+        spread = self.options.rank_spread
+        self.rank_pace = straggler_pace(world_size, self.gpu.host_rank_spread if spread is None else spread)
+
+    def launch_cost_ns(self, ns: float) -> float:
+        """Host time of a launch costing `ns` on a typical rank, charged at this rank's pace."""
+        return ns * self.rank_pace
 
     def woke_up(self) -> None:
         """The rank process just returned from a blocking round trip to the coordinator."""
@@ -343,7 +360,7 @@ class Simulation:
         data_reads.propagate_hint(func, args, out, kwargs)
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
-        host_ns = HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)
+        host_ns = self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0))
         self.launch_host_ns += host_ns
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
@@ -366,7 +383,8 @@ class Simulation:
         nbytes = src.numel() * src.element_size()
         copy_ns = 2_000.0 + nbytes / (H2D_PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
         h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
+        start, end = self.timeline.launch(stream_id, copy_ns, self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS),
+                                          uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         self.source_gpu_ns["model"] += copy_ns
         if self.recorder is not None:
@@ -387,7 +405,8 @@ class Simulation:
         nbytes = t.numel() * t.element_size()
         copy_ns = 2_000.0 + nbytes / PCIE_GBPS
         h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS, uses_sms=False)
+        start, end = self.timeline.launch(stream_id, copy_ns, self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS),
+                                          uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         if self.recorder is not None:
             self.recorder.kernel("Memcpy DtoH", "copy", "model", stream_id, start, end, h0,

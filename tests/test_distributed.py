@@ -95,6 +95,46 @@ def test_collectives_carry_values_and_take_network_time(tmp_path):
     assert model_us < measured < model_us + 150
 
 
+PACED = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("nccl")
+torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+x = torch.ones(64, device="cuda")
+t0 = time.perf_counter()
+for _ in range(200):  # host-bound: tiny kernels
+    x = x * 1.0001
+torch.cuda.synchronize()
+print(f"rank{dist.get_rank()} host_us={(time.perf_counter() - t0) * 1e6:.1f}")
+dist.barrier()
+"""
+
+
+def test_ranks_run_at_the_slowest_ranks_pace(tmp_path):
+    import json
+    import math
+
+    from phantom.engine.host import straggler_pace
+    from phantom.hardware.gpus import HOST_RANK_SPREAD
+
+    for spread, expected in ((None, straggler_pace(2, HOST_RANK_SPREAD)), ("0", 1.0), ("0.2", straggler_pace(2, 0.2))):
+        report = tmp_path / f"r{spread}.json"
+        options = ["--rank-spread", spread] if spread is not None else []
+        proc = _run(tmp_path, PACED, "--gpu", "H200", "--host-speed", "1.0", "--report", str(report), *options)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        sim = json.loads(report.read_text())["simulation"]
+        assert sim["rank_pace"] == pytest.approx(expected)
+        assert sim["rank_spread"] == pytest.approx(HOST_RANK_SPREAD if spread is None else float(spread))
+        # 200 launches at 4 us each, at least, charged at the pace
+        host_us = float(re.search(r"rank0 host_us=([\d.]+)", proc.stdout).group(1))
+        assert host_us >= 200 * 4.0 * expected
+    assert 1.0 < straggler_pace(2, HOST_RANK_SPREAD) < 1.1 and math.isfinite(expected)
+
+
+def test_rank_spread_is_checked(tmp_path):
+    proc = _run(tmp_path, PACED, "--rank-spread", "2")
+    assert proc.returncode != 0 and "--rank-spread must be a number from 0 to 1, got 2" in proc.stderr
+
+
 def test_a_failing_rank_ends_the_run_with_its_traceback(tmp_path):
     proc = _run(tmp_path, """
 import torch.distributed as dist, torch

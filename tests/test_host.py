@@ -436,3 +436,35 @@ def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
     assert ms[6] > 15 and max(ms[2:6] + ms[7:]) < 5, ms
     gaps = report["simulation"]["host_gaps"]
     assert gaps["mode"] == "steady" and 0.5 < gaps["steady_share"] < 1
+
+
+def test_straggler_pace_is_the_slowest_of_the_world():
+    import math
+
+    from phantom.engine.host import expected_max_normal, straggler_pace
+
+    assert expected_max_normal(1) == 0.0
+    assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-4)
+    assert expected_max_normal(8) == pytest.approx(1.4236, abs=1e-3)  # tabulated order statistic
+    assert straggler_pace(1, 0.1) == 1.0
+    assert straggler_pace(4, 0.0) == 1.0
+    assert straggler_pace(2, 0.1) == pytest.approx(math.exp(0.1 / math.sqrt(math.pi)), rel=1e-4)
+    paces = [straggler_pace(w, 0.1) for w in (2, 8, 64, 512)]
+    assert paces == sorted(paces) and paces[-1] < 1.5  # grows slowly with the world
+
+
+def test_the_rank_spread_is_the_committed_real_runs():
+    import importlib.util
+    import statistics
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "rank_host_spread.py"
+    spec = importlib.util.spec_from_file_location("rank_host_spread", path)
+    spread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spread)
+    from phantom.hardware.gpus import HOST_RANK_SPREAD, HOST_RANK_SPREADS
+
+    measured = [round(spread.run_spread(spread.host_ms_per_step(spread.DATA / rel, kind))[1], 3)
+                for rel, kind, _ in spread.RUNS]
+    assert measured == list(HOST_RANK_SPREADS)
+    assert HOST_RANK_SPREAD == statistics.median(HOST_RANK_SPREADS)
+    assert {get_gpu(n).host_rank_spread for n in ("H100", "H200", "A100")} == {HOST_RANK_SPREAD}

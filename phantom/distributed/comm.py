@@ -151,11 +151,11 @@ class RankComm:
         tl = self.sim.timeline
         sid = self.nccl_stream(group)
         tl.stream_wait_stream(sid, self.sim._current_stream_id())
-        tl.advance_host(COLLECTIVE_HOST_NS)
-        self.sim.launch_host_ns += COLLECTIVE_HOST_NS
+        launch_ns = self.sim.launch_cost_ns(COLLECTIVE_HOST_NS)
+        tl.advance_host(launch_ns)
+        self.sim.launch_host_ns += launch_ns
         if self.sim.recorder is not None:
-            self.sim.recorder.host_span("NCCL launch", tl.host_ns - COLLECTIVE_HOST_NS,
-                                        tl.host_ns, "launch")
+            self.sim.recorder.host_span("NCCL launch", tl.host_ns - launch_ns, tl.host_ns, "launch")
         return max(tl.host_ns + LAUNCH_LATENCY_NS, tl.stream(sid).ready_ns)
 
     def _resolve(self, batch: list[tuple[GroupInfo, Op, float]],

@@ -30,6 +30,33 @@ SPEED_WINDOW = 8
 SLOW_STATE = 1.3  # a sample this many times the best counts as the machine's slow state
 
 
+def expected_max_normal(n: int) -> float:
+    """E[max of n independent standard normals] (0 for n <= 1), by numerical integration."""
+    if n <= 1:
+        return 0.0
+    steps, lo, hi = 4000, -8.0, 8.0
+    dx = (hi - lo) / steps
+    total = 0.0
+    for i in range(steps):
+        x = lo + (i + 0.5) * dx
+        pdf = math.exp(-x * x / 2) / math.sqrt(2 * math.pi)
+        cdf = 0.5 * (1 + math.erf(x / math.sqrt(2)))
+        total += x * n * pdf * cdf ** (n - 1) * dx
+    return total
+
+
+def straggler_pace(world_size: int, spread: float) -> float:
+    """How much longer the slowest of `world_size` ranks takes for the same host work than a
+    typical rank, their host times lognormal with sigma `spread` (GPUSpec.host_rank_spread).
+
+    Ranks synchronise through their collectives, so a step's host-bound part ends when the
+    slowest rank's does. phantom's ranks all charge one leader's measured gaps (SteadyGaps:
+    ranks doing the same work must not differ by this machine's noise), which is a typical
+    rank; the pace puts the slowest one's back. Every rank runs at it, in lockstep: which
+    rank is the slow one is not predictable, and a `--ranks auto` process stands for many."""
+    return math.exp(spread * expected_max_normal(world_size)) if world_size > 1 and spread > 0 else 1.0
+
+
 class _Box:
     def __init__(self, v: int) -> None:
         self.v = v

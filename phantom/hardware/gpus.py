@@ -33,6 +33,16 @@ HOST_FLICKER_MEAN_SLOWDOWNS = (
     1.92, 1.45, 1.59, 1.87, 1.58, 2.15, 1.39, 1.74,  # lent H100 hosts (one and two GPUs)
 )
 HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
+# How far apart the ranks of one real multi-GPU step run on the host: every rank runs the same
+# Python, yet on the lent hosts one rank's host work in a step takes 4-13% longer than the
+# ranks' mean (mostly the same rank, run after run), and the step ends when the slowest rank's
+# work is done. Each value is one real 2-GPU run that recorded every rank's host time per step
+# (tensor-parallel GPTs and the SD UNet under DDP, lent H200 and H100 hosts): the spread sigma
+# of a lognormal rank host time that gives its mean slowest-to-mean ratio
+# (bench/rank_host_spread.py, which reads the files). phantom.engine.host.straggler_pace turns
+# the median into the pace of a world's slowest rank.
+HOST_RANK_SPREADS = (0.216, 0.117, 0.072, 0.101, 0.106, 0.097)
+HOST_RANK_SPREAD = statistics.median(HOST_RANK_SPREADS)
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,7 @@ class GPUSpec:
     power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
     host_mean_slowdown: float = HOST_MEAN_SLOWDOWN  # its typical speed below that
+    host_rank_spread: float = HOST_RANK_SPREAD  # how far apart ranks' hosts run (see above)
     # A preset of the same die and clocks whose measured kernel rows this GPU borrows: all of
     # them when it has no database of its own, else the signatures its own misses. Tensor-core
     # rows keep their time, the others move by the fallback model's difference of the two GPUs,

@@ -59,6 +59,7 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
     client = CoordinatorClient(rank) if config.world_size > 1 else None
     sim.comm = RankComm(sim, rank, config.world_size, client)
+    sim.set_world(config.world_size)
     # config.ranks is "auto" or the list of running ranks (the CLI expands "all" to a list).
     listed = config.ranks.split(",") if config.ranks not in ("auto", "all") else None
     all_run = config.ranks == "all" or (listed is not None and len(listed) == config.world_size)
@@ -124,7 +125,7 @@ def main() -> int:
     rank = int(os.environ.get("RANK", "0")) if config.distributed else 0
     sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
                                 on_data_read=config.on_data_read, host_speed=config.host_speed,
-                                host_gaps=config.host_gaps,
+                                host_gaps=config.host_gaps, rank_spread=config.rank_spread,
                                 quiet=config.quiet or rank != 0,
                                 db_paths=config.db_paths, record_ops=config.record_path is not None,
                                 shipped_db=config.shipped_db))

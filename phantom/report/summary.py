@@ -100,6 +100,9 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "host_step_ns_here": sim.host_step_ns_here,
             "host_step_ns_simulated": sim.gpu.host_step_ns,
             "host_mean_slowdown_simulated": sim.gpu.host_mean_slowdown,
+            # every host ns of a multi-GPU run's rank is charged at the slowest rank's pace
+            "rank_spread": sim.gpu.host_rank_spread if sim.options.rank_spread is None else sim.options.rank_spread,
+            "rank_pace": sim.rank_pace,
             "host_speed_variation": sim.host_speed_variation(),
             "host_gaps": sim.host_gaps(),
         },
@@ -174,7 +177,8 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
         f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
-        f"as the simulated node's host at its typical speed ({sim['host_speed_source']})",
+        f"as the simulated node's host at its typical speed ({sim['host_speed_source']})"
+        + (f"; host time x{sim['rank_pace']:.3f}, the slowest rank's pace" if sim.get("rank_pace", 1.0) > 1.0 else ""),
     ]
     caution = _host_caution(report)
     if caution:

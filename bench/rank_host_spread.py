@@ -1,0 +1,74 @@
+"""How much the ranks of one real multi-GPU step differ in host time: the straggler spread.
+
+    python bench/rank_host_spread.py [--out bench/data/session19/rank_host_spread.md]
+
+Every rank of a data- or tensor-parallel step runs the same host code, yet on the lent GPU
+hosts one rank's Python takes 5-30% longer than the other's in the same step, mostly the same
+rank all run long (bench/README, distributed, session 19). The step then ends when the slower
+rank's work is done. This reads every real run that recorded each rank's host time per step
+(`tp_rank_desync.py`, `ddp_rank_skew.py`) and fits one number: the spread sigma of a rank's
+host time in a lognormal model, from the mean over steps of (slowest rank / mean of the ranks),
+which for W ranks is exp(sigma * E[max of W standard normals]). phantom's
+`HOST_RANK_SPREAD` (phantom/hardware/gpus.py) is the median over these runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from phantom.engine.host import expected_max_normal  # noqa: E402
+
+DATA = Path(__file__).resolve().parent / "data"
+# (file, kind, host): kind says how the rank's host time of a step is read
+RUNS = [
+    ("session19/h200x2_call3_rank_desync/desync_1b_s2048.json", "desync", "H200 x2"),
+    ("session19/h200x2_call3_rank_desync/desync_gpt2-350m_s128.json", "desync", "H200 x2"),
+    ("session19/h200x2_call3_rank_desync/desync_3b_s2048.json", "desync", "H200 x2"),
+    ("session19/h200x2_call2_followup/skew_x2_357.json", "skew", "H200 x2"),
+    ("session18/ddp_rank_skew_h100x2/skew_x2_57.json", "skew", "H100 x2"),
+    ("session18/ddp_rank_skew_h100x2/skew_x2_135.json", "skew", "H100 x2"),
+]
+
+
+def host_ms_per_step(path: Path, kind: str) -> list[list[float]]:
+    d = json.loads(path.read_text())
+    if kind == "desync":  # marks: step start, block forwards, train_step returned, synchronized
+        marks = d["marks"]
+        return [[(r[s][-2] - r[s][0]) * 1e3 for r in marks] for s in range(len(marks[0]))]
+    return [s["host_ms"] for s in d["steps"]]
+
+
+def run_spread(steps: list[list[float]]) -> tuple[float, float]:
+    """(mean over steps of slowest / mean rank, sigma that gives it)."""
+    ratio = statistics.mean(max(s) / statistics.mean(s) for s in steps)
+    return ratio, math.log(ratio) / expected_max_normal(len(steps[0]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    lines = ["| run | host | steps | rank host ms (medians) | slowest / mean | sigma |", "|---|---|---|---|---|---|"]
+    sigmas = []
+    for rel, kind, host in RUNS:
+        steps = host_ms_per_step(DATA / rel, kind)
+        ratio, sigma = run_spread(steps)
+        sigmas.append(sigma)
+        medians = " / ".join(f"{statistics.median(s[r] for s in steps):.0f}" for r in range(len(steps[0])))
+        lines.append(f"| `{rel}` | {host} | {len(steps)} | {medians} | {ratio:.3f} | {sigma:.3f} |")
+    median = statistics.median(sigmas)
+    lines += ["", f"median sigma {median:.3f}; a W-rank step's slowest host, against the mean one: "
+              + ", ".join(f"W={w} x{math.exp(median * expected_max_normal(w)):.3f}" for w in (2, 8, 16, 64, 256))]
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
