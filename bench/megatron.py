@@ -19,6 +19,7 @@ subprocesses.
 from __future__ import annotations
 
 import argparse
+import shlex
 import json
 import os
 import re
@@ -207,7 +208,7 @@ def cmd_published(args: argparse.Namespace) -> None:
         if args.rows and p.name not in args.rows.split(","):
             continue
         cmd = [sys.executable, "-m", "phantom.cli", "run", "--cluster", "h100-ib", "--nnodes",
-               str(p.gpus // 8), "--ranks", "auto", str(SCRIPT), "--preset", p.preset,
+               str(p.gpus // 8), "--ranks", "auto", *shlex.split(args.phantom_args), str(SCRIPT), "--preset", p.preset,
                "--tp", str(p.tp), *(("--sequence-parallel",) if p.tp > 1 else ()),
                *PUBLISHED_ARGS]
         rc, out, wall = run(cmd, args.timeout)
@@ -282,6 +283,7 @@ def main() -> None:
     q = sub.add_parser("published")
     q.add_argument("--out", required=True)
     q.add_argument("--rows")
+    q.add_argument("--phantom-args", default="", help="extra `phantom run` options, e.g. '--rank-spread 0'")
     q.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "table": cmd_table,
