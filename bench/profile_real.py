@@ -114,6 +114,9 @@ def main() -> None:
 
     register_optimizer_step_post_hook(on_step)
     sys.argv = [a.script, *[x for x in a.args if x != "--"]]
+    # as `python SCRIPT` would: the script's folder first on the path, not this one (bench/
+    # holds deepspeed.py and megatron.py, which would shadow the frameworks)
+    sys.path[0] = os.path.dirname(os.path.abspath(a.script))
     prof.start()
     runpy.run_path(a.script, run_name="__main__")
     prof.stop()
