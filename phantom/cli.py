@@ -71,7 +71,7 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="how far apart the ranks of a multi-GPU run go on the host (sigma of a "
                         "lognormal host time; default: the GPU preset's, measured on real "
                         "2-GPU hosts): every rank's host time is charged at the pace of the "
-                        "world's slowest rank. 0: at a typical rank's pace")
+                        "slowest of its node's ranks. 0: at a typical rank's pace")
     p.add_argument("--no-db", action="store_true",
                    help="leave out the shipped kernel database: fallback (roofline) times only, "
                         "plus any --db")

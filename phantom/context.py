@@ -142,7 +142,7 @@ class Simulation:
         self.wake_ups = 0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
-        # All host time of a rank of a multi-GPU run is charged at the pace of the world's
+        # All host time of a rank of a multi-GPU run is charged at the pace of its host's
         # slowest rank (set_world; engine.host.straggler_pace); 1 on one GPU.
         self.rank_pace = 1.0
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
@@ -213,11 +213,11 @@ class Simulation:
         self.timeline.advance_host(gap)
         self._real_mark = now
 
-    def set_world(self, world_size: int) -> None:
-        """This process is a rank of a `world_size`-rank run: its host time runs at the pace
-        of the world's slowest rank (engine.host.straggler_pace)."""
+    def set_world(self, ranks_per_host: int) -> None:
+        """This process is a rank of a multi-GPU run with `ranks_per_host` ranks on its host:
+        its host time runs at the pace of the host's slowest rank (engine.host.straggler_pace)."""
         spread = self.options.rank_spread
-        self.rank_pace = straggler_pace(world_size, self.gpu.host_rank_spread if spread is None else spread)
+        self.rank_pace = straggler_pace(ranks_per_host, self.gpu.host_rank_spread if spread is None else spread)
 
     def launch_cost_ns(self, ns: float) -> float:
         """Host time of a launch costing `ns` on a typical rank, charged at this rank's pace."""

@@ -109,7 +109,7 @@ dist.barrier()
 """
 
 
-def test_ranks_run_at_the_slowest_ranks_pace(tmp_path):
+def test_ranks_run_at_their_nodes_slowest_ranks_pace(tmp_path):
     import json
     import math
 
@@ -128,6 +128,12 @@ def test_ranks_run_at_the_slowest_ranks_pace(tmp_path):
         host_us = float(re.search(r"rank0 host_us=([\d.]+)", proc.stdout).group(1))
         assert host_us >= 200 * 4.0 * expected
     assert 1.0 < straggler_pace(2, HOST_RANK_SPREAD) < 1.1 and math.isfinite(expected)
+    # one rank on each of two nodes: how far apart separate hosts run was not measured
+    path, report = tmp_path / "s.py", tmp_path / "nodes.json"
+    proc = run_phantom(["run", "--cluster", "h200-ib", "--nnodes", "2", "--nproc-per-node", "1", "--report",
+                        str(report), str(path)], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(report.read_text())["simulation"]["rank_pace"] == 1.0
 
 
 def test_rank_spread_is_checked(tmp_path):

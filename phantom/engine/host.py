@@ -45,16 +45,20 @@ def expected_max_normal(n: int) -> float:
     return total
 
 
-def straggler_pace(world_size: int, spread: float) -> float:
-    """How much longer the slowest of `world_size` ranks takes for the same host work than a
-    typical rank, their host times lognormal with sigma `spread` (GPUSpec.host_rank_spread).
+def straggler_pace(ranks: int, spread: float) -> float:
+    """How much longer the slowest of `ranks` ranks sharing a host takes for the same host work
+    than a typical rank, their host times lognormal with sigma `spread`
+    (GPUSpec.host_rank_spread).
 
     Ranks synchronise through their collectives, so a step's host-bound part ends when the
     slowest rank's does. phantom's ranks all charge one leader's measured gaps (SteadyGaps:
     ranks doing the same work must not differ by this machine's noise), which is a typical
     rank; the pace puts the slowest one's back. Every rank runs at it, in lockstep: which
-    rank is the slow one is not predictable, and a `--ranks auto` process stands for many."""
-    return math.exp(spread * expected_max_normal(world_size)) if world_size > 1 and spread > 0 else 1.0
+    rank is the slow one is not predictable, and a `--ranks auto` process stands for many.
+    The spread was measured among the ranks of one host (two); ranks on other hosts are left
+    out (`Simulation.set_world`): how far apart separate hosts run was not measured, and the
+    order statistics of many lognormal draws would be an extrapolation."""
+    return math.exp(spread * expected_max_normal(ranks)) if ranks > 1 and spread > 0 else 1.0
 
 
 class _Box:

@@ -40,7 +40,7 @@ HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 # (tensor-parallel GPTs and the SD UNet under DDP, lent H200 and H100 hosts): the spread sigma
 # of a lognormal rank host time that gives its mean slowest-to-mean ratio
 # (bench/rank_host_spread.py, which reads the files). phantom.engine.host.straggler_pace turns
-# the median into the pace of a world's slowest rank.
+# the median into the pace of a node's slowest rank.
 HOST_RANK_SPREADS = (0.216, 0.117, 0.072, 0.101, 0.106, 0.097)
 HOST_RANK_SPREAD = statistics.median(HOST_RANK_SPREADS)
 

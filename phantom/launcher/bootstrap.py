@@ -59,7 +59,7 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
     client = CoordinatorClient(rank) if config.world_size > 1 else None
     sim.comm = RankComm(sim, rank, config.world_size, client)
-    sim.set_world(config.world_size)
+    sim.set_world(min(config.world_size, max(config.nproc_per_node, 1)))
     # config.ranks is "auto" or the list of running ranks (the CLI expands "all" to a list).
     listed = config.ranks.split(",") if config.ranks not in ("auto", "all") else None
     all_run = config.ranks == "all" or (listed is not None and len(listed) == config.world_size)
