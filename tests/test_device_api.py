@@ -476,3 +476,24 @@ def test_record_stream_on_a_simulated_stream(run_script):
     v = _values(proc.stdout)
     assert int(v["active"]) == 4096  # freed, but still in use on the side stream
     assert int(v["active_after"]) == 4096  # recycled at the next malloc; z holds its own block
+
+
+def test_sdpa_picks_the_kernel_a_gpu_would_for_grouped_kv_heads(run_script):
+    """torch 2.11 on Hopper runs cuDNN attention for GQA with enable_gqa (seen in a real
+    DeepSpeed Llama profile on H200), FlashAttention-2 on an A100, and without enable_gqa
+    the shapes are invalid for every fused kernel except through the math path."""
+    text = """
+        import torch, torch.nn.functional as F
+        q = torch.randn(2, 32, 512, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        k = torch.randn(2, 8, 512, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        v = torch.randn(2, 8, 512, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        out.sum().backward()
+        print("shapes", tuple(out.shape), tuple(k.grad.shape))
+    """
+    for gpu, kernel in (("H200", "cudnn_attention"), ("A100", "flash_attention")):
+        proc, report = run_script(text, "--gpu", gpu, "--quiet")
+        assert proc.returncode == 0, proc.stderr
+        assert "shapes (2, 32, 512, 64) (2, 8, 512, 64)" in proc.stdout
+        ops = " ".join(o["op"] for o in report["top_ops"])
+        assert f"_scaled_dot_product_{kernel}_backward" in ops, ops

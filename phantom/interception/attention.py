@@ -6,8 +6,10 @@ materialised S x S score matrix, bmm + softmax. That is neither the time nor the
 the real run. This wrapper applies the CUDA selection rules (aten/src/ATen/native/
 transformers/cuda/sdp_utils.cpp, simplified) and calls that backend's op, which has its own
 autograd formula and fake implementation:
-- Hopper (sm90): cuDNN attention first for fp16/bf16, head_dim <= 128, equal head counts
-  (torch 2.11 on the lent H100 picked cuDNN for GPT-2 shapes: bench/kernels/);
+- Hopper (sm90): cuDNN attention first for fp16/bf16, head_dim <= 128, equal head counts or
+  grouped K/V heads with `enable_gqa` (torch 2.11 on the lent H100 picked cuDNN for GPT-2
+  shapes, bench/kernels/, and on the lent H200s for Llama 3's GQA 32/8 under DeepSpeed:
+  bench/data/session19/h200x2_call4_zero2_profile/);
 - then FlashAttention-2 for fp16/bf16, head_dim <= 256, no explicit mask (GQA native);
 - then memory-efficient attention (masks, fp32); math only when the user disabled the rest.
 """
@@ -36,7 +38,8 @@ def _flash_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, enable_gqa: bool
     )
 
 
-def _cudnn_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, dropout_p: float) -> bool:
+def _cudnn_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, dropout_p: float,
+              enable_gqa: bool) -> bool:
     major = torch.cuda.get_device_capability()[0]
     return (
         major == 9
@@ -47,7 +50,8 @@ def _cudnn_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, dropout_p: float
         and q.dim() == 4
         and q.size(-1) <= 128
         and q.size(-1) % 8 == 0
-        and q.size(1) == k.size(1)
+        # sdp_utils.cpp: check_batch_size_and_num_heads_dense<enable_gqa=true> for cuDNN
+        and (q.size(1) == k.size(1) or (enable_gqa and q.size(1) % k.size(1) == 0))
     )
 
 
@@ -73,7 +77,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         query, key, value = (t.to(dtype) for t in (query, key, value))
         if attn_mask is not None and attn_mask.is_floating_point():
             attn_mask = attn_mask.to(dtype)
-    if _cudnn_ok(query, key, attn_mask, dropout_p):
+    if _cudnn_ok(query, key, attn_mask, dropout_p, enable_gqa):
         compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
         out = aten._scaled_dot_product_cudnn_attention(
             query, key, value, None, compute_lse, dropout_p, is_causal, False, scale=scale)
