@@ -30,6 +30,10 @@ RUNS = [
     ("session19/h200x2_call3_rank_desync/desync_gpt2-350m_s128.json", "desync", "H200 x2"),
     ("session19/h200x2_call3_rank_desync/desync_3b_s2048.json", "desync", "H200 x2"),
     ("session19/h200x2_call2_followup/skew_x2_357.json", "skew", "H200 x2"),
+    ("session19/h200x2_call5_rank_spread_again/desync_1b_s2048.json", "desync", "H200 x2 (another)"),
+    ("session19/h200x2_call5_rank_spread_again/desync_gpt2-350m_s128.json", "desync", "H200 x2 (another)"),
+    ("session19/h200x2_call5_rank_spread_again/desync_3b_s2048.json", "desync", "H200 x2 (another)"),
+    ("session19/h200x2_call5_rank_spread_again/skew_x2.json", "skew", "H200 x2 (another)"),
     ("session18/ddp_rank_skew_h100x2/skew_x2_57.json", "skew", "H100 x2"),
     ("session18/ddp_rank_skew_h100x2/skew_x2_135.json", "skew", "H100 x2"),
 ]
