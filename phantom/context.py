@@ -360,7 +360,8 @@ class Simulation:
         data_reads.propagate_hint(func, args, out, kwargs)
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
-        host_ns = self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0))
+        gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0
+        host_ns = self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS + gemm_extra)
         self.launch_host_ns += host_ns
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,

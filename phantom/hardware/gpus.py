@@ -37,8 +37,8 @@ HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 # Python, yet on the lent hosts one rank's host work in a step takes 2-13% longer than the
 # ranks' mean (mostly the same rank, run after run), and the step ends when the slowest rank's
 # work is done. Each value is one real 2-GPU run that recorded every rank's host time per step
-# (tensor-parallel GPTs and the SD UNet under DDP; two lent 2 x H200 hosts and one 2 x H100): the spread sigma
-# of a lognormal rank host time that gives its mean slowest-to-mean ratio
+# (tensor-parallel GPTs and the SD UNet under DDP; two lent 2 x H200 hosts and one 2 x H100):
+# the spread sigma of a lognormal rank host time that gives its mean slowest-to-mean ratio
 # (bench/rank_host_spread.py, which reads the files). phantom.engine.host.straggler_pace turns
 # the median into the pace of a node's slowest rank.
 HOST_RANK_SPREADS = (0.216, 0.117, 0.072, 0.101, 0.041, 0.062, 0.055, 0.090, 0.106, 0.097)
