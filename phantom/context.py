@@ -22,7 +22,8 @@ from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
-from phantom.engine.host import (DISPATCH_OVERHEAD, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
+from phantom.engine.host import (DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, WAKE_PENALTY,
+                                 HostSpeedNormalizer, SteadyGaps,
                                  code_fingerprint, reference_step_ns, straggler_pace, training_step,
                                  wake_penalty_ns)
 from phantom.hardware import GPUSpec
@@ -584,6 +585,9 @@ class Simulation:
         # every gap as measured, none shared with other ranks: the steps are not the
         # script's iterations
         self._steady = None
+        fingerprint = code_fingerprint()  # hashes phantom's sources: once per calibration
+        if self._speed.known(DISPATCH_OVERHEAD, fingerprint) < FIRST_RUNS:
+            pairs *= FIRST_RUNS_PAIR_FACTOR  # a new version's first runs: no history to lean on
         fake_step = training_step("cuda")
         with unset_fake_temporarily():
             real_step = training_step("cpu")
@@ -602,7 +606,6 @@ class Simulation:
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
         torch.set_num_threads(threads)
         self._sample_host_speed()
-        fingerprint = code_fingerprint()  # hashes phantom's sources: once per calibration
         per_entry = self._speed.settle(DISPATCH_OVERHEAD, fingerprint, statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
         # only where collectives block on a coordinator (not a 1-rank run's local group)

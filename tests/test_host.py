@@ -468,3 +468,14 @@ def test_the_rank_spread_is_the_committed_real_runs():
     assert measured == list(HOST_RANK_SPREADS)
     assert HOST_RANK_SPREAD == statistics.median(HOST_RANK_SPREADS)
     assert {get_gpu(n).host_rank_spread for n in ("H100", "H200", "A100")} == {HOST_RANK_SPREAD}
+
+
+def test_a_code_versions_first_runs_are_known_as_such(tmp_path):
+    from phantom.engine.host import DISPATCH_OVERHEAD, FIRST_RUNS, WAKE_PENALTY
+
+    speed = HostSpeedNormalizer(tmp_path)
+    assert speed.known(DISPATCH_OVERHEAD, "code") == 0
+    for v in range(FIRST_RUNS):
+        speed.settle(DISPATCH_OVERHEAD, "code", 10.0 + v)
+    assert HostSpeedNormalizer(tmp_path).known(DISPATCH_OVERHEAD, "code") == FIRST_RUNS  # remembered
+    assert speed.known(DISPATCH_OVERHEAD, "other code") == 0 and speed.known(WAKE_PENALTY, "code") == 0

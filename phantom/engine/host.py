@@ -85,6 +85,13 @@ _STEP_KEY = "best_step_1thread_ns"
 # Calibrations kept per code fingerprint (the cache's keys below); a run charges the median of
 # the last HISTORY measurements.
 HISTORY = 15
+# While a code version has fewer measurements than this here (its first runs on a machine,
+# after an install or upgrade), the dispatch-overhead calibration takes FIRST_RUNS_PAIR_FACTOR
+# times as many pairs: one measurement of 15 pairs spreads by ~1.3 us per entry on the
+# development VM (10.9-15.6 us in 12 runs back to back), of 45 pairs by ~0.7 us (10.0-12.3),
+# for 1.6 s more; later runs charge the median of the history, which is steadier anyway.
+FIRST_RUNS = 5
+FIRST_RUNS_PAIR_FACTOR = 3
 KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
@@ -178,6 +185,10 @@ class HostSpeedNormalizer:
         self._histories[kind] = dict(others + [(fingerprint, kept)])
         self._save_best()
         return statistics.median(kept)
+
+    def known(self, kind: str, fingerprint: str) -> int:
+        """How many measurements of `kind` this machine holds for this code version."""
+        return len(self._histories.get(kind, {}).get(fingerprint, []))
 
     def _load_best(self) -> tuple[int | None, float | None, dict[str, dict]]:
         try:
