@@ -21,30 +21,27 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from phantom.engine.host import expected_max_normal  # noqa: E402
+from phantom.engine.host import expected_max_normal, straggler_pace  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
-# (file, kind, host): kind says how the rank's host time of a step is read
+# (file, host): each file's `steps` hold every rank's host ms per step (the two scripts write the
+# same field: from the step's start to the optimizer step's return)
 RUNS = [
-    ("session19/h200x2_call3_rank_desync/desync_1b_s2048.json", "desync", "H200 x2"),
-    ("session19/h200x2_call3_rank_desync/desync_gpt2-350m_s128.json", "desync", "H200 x2"),
-    ("session19/h200x2_call3_rank_desync/desync_3b_s2048.json", "desync", "H200 x2"),
-    ("session19/h200x2_call2_followup/skew_x2_357.json", "skew", "H200 x2"),
-    ("session19/h200x2_call5_rank_spread_again/desync_1b_s2048.json", "desync", "H200 x2 (another)"),
-    ("session19/h200x2_call5_rank_spread_again/desync_gpt2-350m_s128.json", "desync", "H200 x2 (another)"),
-    ("session19/h200x2_call5_rank_spread_again/desync_3b_s2048.json", "desync", "H200 x2 (another)"),
-    ("session19/h200x2_call5_rank_spread_again/skew_x2.json", "skew", "H200 x2 (another)"),
-    ("session18/ddp_rank_skew_h100x2/skew_x2_57.json", "skew", "H100 x2"),
-    ("session18/ddp_rank_skew_h100x2/skew_x2_135.json", "skew", "H100 x2"),
+    ("session19/h200x2_call3_rank_desync/desync_1b_s2048.json", "H200 x2"),
+    ("session19/h200x2_call3_rank_desync/desync_gpt2-350m_s128.json", "H200 x2"),
+    ("session19/h200x2_call3_rank_desync/desync_3b_s2048.json", "H200 x2"),
+    ("session19/h200x2_call2_followup/skew_x2_357.json", "H200 x2"),
+    ("session19/h200x2_call5_rank_spread_again/desync_1b_s2048.json", "H200 x2 (another)"),
+    ("session19/h200x2_call5_rank_spread_again/desync_gpt2-350m_s128.json", "H200 x2 (another)"),
+    ("session19/h200x2_call5_rank_spread_again/desync_3b_s2048.json", "H200 x2 (another)"),
+    ("session19/h200x2_call5_rank_spread_again/skew_x2.json", "H200 x2 (another)"),
+    ("session18/ddp_rank_skew_h100x2/skew_x2_57.json", "H100 x2"),
+    ("session18/ddp_rank_skew_h100x2/skew_x2_135.json", "H100 x2"),
 ]
 
 
-def host_ms_per_step(path: Path, kind: str) -> list[list[float]]:
-    d = json.loads(path.read_text())
-    if kind == "desync":  # marks: step start, block forwards, train_step returned, synchronized
-        marks = d["marks"]
-        return [[(r[s][-2] - r[s][0]) * 1e3 for r in marks] for s in range(len(marks[0]))]
-    return [s["host_ms"] for s in d["steps"]]
+def host_ms_per_step(path: Path) -> list[list[float]]:
+    return [s["host_ms"] for s in json.loads(path.read_text())["steps"]]
 
 
 def run_spread(steps: list[list[float]]) -> tuple[float, float]:
@@ -59,15 +56,15 @@ def main() -> None:
     args = ap.parse_args()
     lines = ["| run | host | steps | rank host ms (medians) | slowest / mean | sigma |", "|---|---|---|---|---|---|"]
     sigmas = []
-    for rel, kind, host in RUNS:
-        steps = host_ms_per_step(DATA / rel, kind)
+    for rel, host in RUNS:
+        steps = host_ms_per_step(DATA / rel)
         ratio, sigma = run_spread(steps)
         sigmas.append(sigma)
         medians = " / ".join(f"{statistics.median(s[r] for s in steps):.0f}" for r in range(len(steps[0])))
         lines.append(f"| `{rel}` | {host} | {len(steps)} | {medians} | {ratio:.3f} | {sigma:.3f} |")
     median = statistics.median(sigmas)
     lines += ["", f"median sigma {median:.3f}; a W-rank step's slowest host, against the mean one: "
-              + ", ".join(f"W={w} x{math.exp(median * expected_max_normal(w)):.3f}" for w in (2, 8, 16, 64, 256))]
+              + ", ".join(f"W={w} x{straggler_pace(w, median):.3f}" for w in (2, 8, 16, 64, 256))]
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -218,11 +218,9 @@ class Simulation:
         """This process is a rank of a multi-GPU run with `ranks_per_host` ranks on its host:
         its host time runs at the pace of the host's slowest rank (engine.host.straggler_pace)."""
         spread = self.options.rank_spread
-        self.rank_pace = straggler_pace(ranks_per_host, self.gpu.host_rank_spread if spread is None else spread)
-
-    def launch_cost_ns(self, ns: float) -> float:
-        """Host time of a launch costing `ns` on a typical rank, charged at this rank's pace."""
-        return ns * self.rank_pace
+        if spread is None:
+            spread = self.gpu.host_rank_spread
+        self.rank_pace = straggler_pace(ranks_per_host, spread)
 
     def woke_up(self) -> None:
         """The rank process just returned from a blocking round trip to the coordinator."""
@@ -362,7 +360,7 @@ class Simulation:
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
         gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0
-        host_ns = self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS + gemm_extra)
+        host_ns = (HOST_KERNEL_LAUNCH_NS + gemm_extra) * self.rank_pace
         self.launch_host_ns += host_ns
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
@@ -385,7 +383,7 @@ class Simulation:
         nbytes = src.numel() * src.element_size()
         copy_ns = 2_000.0 + nbytes / (H2D_PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
         h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, copy_ns, self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS),
+        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         self.source_gpu_ns["model"] += copy_ns
@@ -407,7 +405,7 @@ class Simulation:
         nbytes = t.numel() * t.element_size()
         copy_ns = 2_000.0 + nbytes / PCIE_GBPS
         h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, copy_ns, self.launch_cost_ns(HOST_KERNEL_LAUNCH_NS),
+        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         if self.recorder is not None:

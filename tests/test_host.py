@@ -463,8 +463,8 @@ def test_the_rank_spread_is_the_committed_real_runs():
     spec.loader.exec_module(spread)
     from phantom.hardware.gpus import HOST_RANK_SPREAD, HOST_RANK_SPREADS
 
-    measured = [round(spread.run_spread(spread.host_ms_per_step(spread.DATA / rel, kind))[1], 3)
-                for rel, kind, _ in spread.RUNS]
+    measured = [round(spread.run_spread(spread.host_ms_per_step(spread.DATA / rel))[1], 3)
+                for rel, _ in spread.RUNS]
     assert measured == list(HOST_RANK_SPREADS)
     assert HOST_RANK_SPREAD == statistics.median(HOST_RANK_SPREADS)
     assert {get_gpu(n).host_rank_spread for n in ("H100", "H200", "A100")} == {HOST_RANK_SPREAD}

@@ -151,7 +151,7 @@ class RankComm:
         tl = self.sim.timeline
         sid = self.nccl_stream(group)
         tl.stream_wait_stream(sid, self.sim._current_stream_id())
-        launch_ns = self.sim.launch_cost_ns(COLLECTIVE_HOST_NS)
+        launch_ns = COLLECTIVE_HOST_NS * self.sim.rank_pace  # at the slowest rank's pace
         tl.advance_host(launch_ns)
         self.sim.launch_host_ns += launch_ns
         if self.sim.recorder is not None:
