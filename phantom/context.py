@@ -22,8 +22,8 @@ from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
-from phantom.engine.host import (DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, WAKE_PENALTY,
-                                 HostSpeedNormalizer, SteadyGaps,
+from phantom.engine.host import (DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, LIST_INPUT,
+                                 LIST_OUTPUT, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
                                  code_fingerprint, reference_step_ns, straggler_pace, training_step,
                                  wake_penalty_ns)
 from phantom.hardware import GPUSpec
@@ -41,6 +41,20 @@ HOST_KERNEL_LAUNCH_NS = 4_000.0
 # cuBLAS adds its own host work per GEMM (handle, heuristics cache): a small matmul costs
 # 21.9 us of host time against 6.95 us for an elementwise op on the same host.
 GEMM_EXTRA_HOST_NS = 15_000.0
+# Host cost per tensor of a list argument (foreach ops, fused optimizers, cat) and per tensor of
+# a returned list, on the node: multi_tensor_apply's per-tensor metadata, one launch per few
+# dozen tensors, an allocation per new output. Under phantom every tensor of such a list also
+# crosses into Python and back around the fake dispatch, a cost the per-entry dispatch
+# overhead does not see (it grows with the list, not with the entries): the list tensors'
+# share of a gap is measured here at start-up (_measure_list_costs), taken off, and these
+# charged instead. Measured by bench/host_list_ops.py on a lent H200 host (torch 2.11,
+# 2026-11-26, bench/data/session20/device_list_ops/): per-call host time against list length
+# (16-686 tensors), slopes averaged over two rounds: an in-place `_foreach_mul_` 0.19 us a
+# tensor (`_foreach_addcmul_`'s three lists 0.155, `cat` 0.24), an out-of-place
+# `_foreach_add` 1.99 us, so 1.80 us per returned tensor.
+REAL_LIST_INPUT_NS = 190.0
+REAL_LIST_OUTPUT_NS = 1_800.0
+LIST_PROBE = 64  # tensors in the calibration's long list (a short list has one)
 # A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
 D2H_SYNC_NS = 12_000.0
 # PCIe transfer rates measured on the lent H100 (bench/kernels/results/kernels_H100.json,
@@ -142,6 +156,13 @@ class Simulation:
         self._wake_credit = 0.0  # what is left of it to take off since the last wake-up
         self.wake_ups = 0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
+        # Per tensor of a list argument / of a returned list: what crossing the handler costs
+        # here (taken off) and on the node (charged); both 0 until the calibration, and while
+        # it measures (measure_raw_gaps).
+        self.list_overhead_ns = (0.0, 0.0)
+        self.list_real_ns = (0.0, 0.0)
+        self._list_outputs_pending = 0  # tensors the last handler returned in a list
+        self.list_tensors = 0  # list tensors charged at the node's cost
         self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
         # All host time of a rank of a multi-GPU run is charged at the pace of its host's
         # slowest rank (set_world; engine.host.straggler_pace); 1 on one GPU.
@@ -185,13 +206,15 @@ class Simulation:
     def _new_steady_gaps(self) -> SteadyGaps | None:
         return SteadyGaps() if self.options.host_gaps == "steady" else None
 
-    def begin_op(self, site: object = None, dispatched: bool = False) -> None:
+    def begin_op(self, site: object = None, dispatched: bool = False, list_inputs: int = 0) -> None:
         """Entering phantom at `site` (the op, or what else ends the gap): charge the user's
         own host time since we last returned.
 
         For a dispatched op, the gap also holds the cost of reaching our handler through
         torch's Python dispatch (argument boxing, FakeTensor wrapping), which a real GPU run
-        does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off.
+        does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off. So is the
+        cost of passing each of the op's `list_inputs` list-argument tensors, and each tensor of
+        a list the previous op returned, through that path, charged at the node's cost instead.
         """
         now = self._clock()
         # In simulated-host nanoseconds: this machine at its best observed speed (the probe),
@@ -209,10 +232,21 @@ class Simulation:
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
+        outputs, self._list_outputs_pending = self._list_outputs_pending, 0
+        if list_inputs or outputs:
+            (over_in, over_out), (real_in, real_out) = self.list_overhead_ns, self.list_real_ns
+            gap = max(0.0, gap - list_inputs * over_in - outputs * over_out) \
+                + list_inputs * real_in + outputs * real_out
+            self.list_tensors += list_inputs + outputs
         gap = max(0.0, gap) * self.rank_pace
         self.user_host_ns += gap
         self.timeline.advance_host(gap)
         self._real_mark = now
+
+    def returned_list(self, tensors: int) -> None:
+        """The handler is returning a list of `tensors` tensors: their way back to the caller
+        is in the next gap (begin_op)."""
+        self._list_outputs_pending = tensors
 
     def set_world(self, ranks_per_host: int) -> None:
         """This process is a rank of a multi-GPU run with `ranks_per_host` ranks on its host:
@@ -258,6 +292,8 @@ class Simulation:
                 "new_work_ns": steady.new_work_ns if steady is not None else None,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns,
                 "dispatch_entries": self.dispatch_entries, "wake_penalty_ns": self.wake_penalty_ns,
+                "list_tensor_overhead_ns": list(self.list_overhead_ns),
+                "list_tensor_host_ns": list(self.list_real_ns), "list_tensors": self.list_tensors,
                 "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns}
 
     def _sample_host_speed(self) -> None:
@@ -554,6 +590,8 @@ class Simulation:
         self.host_step_ns_here = calibration["host_step_ns_here"]
         self.dispatch_overhead_ns = calibration["dispatch_overhead_ns"]
         self.wake_penalty_ns = calibration.get("wake_penalty_ns", 0.0)
+        self.list_overhead_ns = tuple(calibration.get("list_overhead_ns", (0.0, 0.0)))
+        self.list_real_ns = (REAL_LIST_INPUT_NS, REAL_LIST_OUTPUT_NS)
         self._gap_scale = self._speed.factor * self.host_speed
         return self.dispatch_overhead_ns
 
@@ -602,10 +640,13 @@ class Simulation:
             # at this machine's best speed, by a probe taken with the pair: one sample taken
             # after the calibration scaled the whole run's overhead by that moment's speed
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
+        list_in, list_out = self._measure_list_costs(pairs)
         torch.set_num_threads(threads)
         self._sample_host_speed()
         per_entry = self._speed.settle(DISPATCH_OVERHEAD, fingerprint, statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
+        list_overhead = (self._speed.settle(LIST_INPUT, fingerprint, list_in) * self.host_speed,
+                         self._speed.settle(LIST_OUTPUT, fingerprint, list_out) * self.host_speed)
         # only where collectives block on a coordinator (not a 1-rank run's local group)
         blocking = self.comm is not None and self.comm.client is not None
         wake_penalty = self._measure_wake_penalty(fingerprint) if blocking else 0.0
@@ -613,7 +654,36 @@ class Simulation:
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
-                "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty}
+                "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty,
+                "list_overhead_ns": list_overhead}
+
+    def _measure_list_costs(self, pairs: int, calls: int = 4) -> tuple[float, float]:
+        """This machine's ns, at its best speed, per tensor of a list argument and per tensor of
+        a returned list on the way through the handler: foreach calls on LIST_PROBE tensors
+        against the same calls on one, in alternating blocks (an in-place op for the inputs,
+        an out-of-place one for inputs and outputs), the median of the pairs' differences.
+        Under `measure_raw_gaps`: gaps as measured, nothing taken off or charged."""
+        long = [torch.zeros(8, device="cuda") for _ in range(LIST_PROBE)]
+        short = long[:1]
+
+        def gaps(fn, tensors: list) -> float:
+            self._real_mark = self._clock()  # not the speed probe's time (paired_blocks)
+            u0 = self.user_host_ns
+            for _ in range(calls):
+                fn(tensors)
+            return (self.user_host_ns - u0) / calls
+
+        in_place = lambda xs: torch._foreach_mul_(xs, 1.0)  # noqa: E731
+        out_of_place = lambda xs: torch._foreach_add(xs, 1.0)  # noqa: E731
+        in_place(long), out_of_place(long)  # warm both paths
+        inputs, outputs = [], []
+        for _ in range(pairs):
+            per_input = (gaps(in_place, long) - gaps(in_place, short)) / (LIST_PROBE - 1)
+            both = (gaps(out_of_place, long) - gaps(out_of_place, short)) / (LIST_PROBE - 1)
+            speed = self._speed.sample_now()
+            inputs.append(per_input * speed)
+            outputs.append((both - per_input) * speed)
+        return max(0.0, statistics.median(inputs)), max(0.0, statistics.median(outputs))
 
     def _measure_wake_penalty(self, fingerprint: str) -> float:
         """Simulated-host ns to take off after each blocking round trip (wake_penalty_ns): the
@@ -634,6 +704,7 @@ class Simulation:
         self._steady = None
         self._gap_scale = 1.0
         self.dispatch_overhead_ns = 0.0
+        self.list_overhead_ns = self.list_real_ns = (0.0, 0.0)
         self.wake_penalty_ns = self._wake_credit = 0.0
         self._ops_until_speed_sample = 1 << 30
         self._next_progress = float("inf")
@@ -649,6 +720,10 @@ class Simulation:
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
         for _ in range(pairs):
+            # The fake block's first gap starts here: left alone, it ran from the previous fake
+            # block's last op and held the real block and the caller's speed probe (~1.4 ms),
+            # which put ~2.3 us more on every entry (25%, session 20)
+            self._real_mark = self._clock()
             u0, e0 = self.user_host_ns, self.dispatch_entries
             for _ in range(steps):
                 fake_step()
@@ -671,6 +746,7 @@ class Simulation:
         if reset is not None:  # the database model's per-signature stats and recorded specs
             reset()
         self.ops_intercepted = 0
+        self.list_tensors = self._list_outputs_pending = 0
         self.first_op_wall_ns = None
         for block in self._cublas_workspaces.values():
             self.allocator.free(block)

@@ -44,7 +44,8 @@ def test_zero3_tiny_llama_on_two_ranks(tmp_path):
     # 7M parameters, 4 x 512 tokens per rank: a host-bound ZeRO-3 step (per-module gather and
     # release hooks), milliseconds to a few hundred ms, nowhere near the GPU's peak
     assert all(1.0 < s["ms"] < 1000.0 for s in steady)
-    assert all(0.0 < s["mfu"] < 5.0 for s in steady)
+    # the step lines print MFU to one decimal (0.0% on a slow step); the summary has four
+    assert all(0.0 <= s["mfu"] < 5.0 for s in steady) and 0.0 < float(summary["mfu"]) < 0.05
     tokens = 4 * 512 * 2
     assert all(s["tok_s"] == pytest.approx(tokens / (s["ms"] / 1e3), rel=0.01) for s in steady)
     # a rank holds half the bf16 parameters and fp32 master/Adam state, the gathered layer

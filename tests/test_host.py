@@ -479,3 +479,72 @@ def test_a_code_versions_first_runs_are_known_as_such(tmp_path):
         speed.settle(DISPATCH_OVERHEAD, "code", 10.0 + v)
     assert HostSpeedNormalizer(tmp_path).known(DISPATCH_OVERHEAD, "code") == FIRST_RUNS  # remembered
     assert speed.known(DISPATCH_OVERHEAD, "other code") == 0 and speed.known(WAKE_PENALTY, "code") == 0
+
+
+def test_list_tensors_are_charged_at_the_nodes_cost_not_as_measured():
+    """A foreach op's list tensors each cross into Python here: that share of the gap is taken
+    off (the calibration's per-tensor cost) and the node's per-tensor cost charged instead, for
+    the op's list arguments and for the list it returns (in the next gap)."""
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim._gap_scale = 1.0
+    sim.dispatch_overhead_ns = 0.0
+    sim.list_overhead_ns, sim.list_real_ns = (1_000.0, 3_000.0), (190.0, 1_800.0)
+    ticks = iter([0, 15_000, 15_000, 35_000, 35_000, 40_000])
+    sim._clock = lambda: next(ticks)
+    sim._real_mark = sim._clock()
+    host0 = sim.timeline.host_ns
+    sim.begin_op("foreach", dispatched=True, list_inputs=10)  # 15 us measured
+    sim._real_mark = sim._clock()
+    assert sim.timeline.host_ns - host0 == pytest.approx(15_000 - 10 * 1_000 + 10 * 190)
+    sim.returned_list(5)
+    host1 = sim.timeline.host_ns
+    sim.begin_op("next", dispatched=True)  # 20 us measured, 5 returned tensors in it
+    sim._real_mark = sim._clock()
+    assert sim.timeline.host_ns - host1 == pytest.approx(20_000 - 5 * 3_000 + 5 * 1_800)
+    host2 = sim.timeline.host_ns
+    sim.begin_op("plain", dispatched=True)  # the returned list was charged once
+    assert sim.timeline.host_ns - host2 == pytest.approx(5_000)
+    assert sim.list_tensors == 15
+
+
+def test_the_calibrations_fake_block_starts_its_own_gap():
+    """What runs between two pairs of the dispatch-overhead calibration (the real block, the
+    caller's speed probe) is not the fake block's first gap: it put ~2.3 us on every entry."""
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    now = [0]
+    sim._clock = lambda: now[0]
+    sim.measure_raw_gaps()
+
+    def fake_step():  # one handler entry after 2 us of the script's time
+        now[0] += 2_000
+        sim.begin_op("op", dispatched=True)
+        sim.end_op()
+
+    def real_step():
+        now[0] += 1_000
+
+    pairs = sim.paired_blocks(fake_step, real_step, pairs=3, steps=4)
+    for fake_ns, real_ns, entries in pairs:
+        assert (fake_ns, real_ns, entries) == (8_000, 4_000, 4)
+        now[0] += 1_000_000  # a speed probe between pairs
+
+
+def test_a_run_reports_its_list_tensor_costs(run_script):
+    text = """
+        import torch
+        xs = [torch.zeros(8, device="cuda") for _ in range(200)]
+        for _ in range(3):
+            torch._foreach_mul_(xs, 0.5)
+        torch.cuda.synchronize()
+    """
+    proc, report = run_script(text)
+    assert proc.returncode == 0, proc.stderr
+    gaps = report["simulation"]["host_gaps"]
+    assert gaps["list_tensors"] == 600
+    assert gaps["list_tensor_host_ns"] == [190.0, 1800.0]
+    assert all(v >= 0.0 for v in gaps["list_tensor_overhead_ns"])
+    assert gaps["list_tensor_overhead_ns"][0] > 0.0  # measured at start-up

@@ -95,7 +95,9 @@ FIRST_RUNS_PAIR_FACTOR = 3
 KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
-_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY)
+LIST_INPUT = "list_input_ns"  # per tensor of a list argument (Simulation._measure_list_costs)
+LIST_OUTPUT = "list_output_ns"  # per tensor of a returned list
+_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY, LIST_INPUT, LIST_OUTPUT)
 
 
 def code_fingerprint() -> str:

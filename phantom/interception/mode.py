@@ -83,6 +83,16 @@ def _touches_cuda(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def _list_tensors(args: tuple) -> int:
+    """Tensors in the op's list arguments (foreach ops, fused optimizers, cat): each crossed
+    into Python on its way here, a cost per tensor (Simulation.begin_op)."""
+    n = 0
+    for a in args:
+        if type(a) is list and a and isinstance(a[0], torch.Tensor):
+            n += len(a)
+    return n
+
+
 _PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter, FakeTensor)
 
 
@@ -158,7 +168,7 @@ class PhantomMode(FakeTensorMode):
         if not _touches_cuda(args, kwargs):
             sim.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
             return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
-        sim.begin_op(func, dispatched=True)
+        sim.begin_op(func, dispatched=True, list_inputs=_list_tensors(args))
         self._depth += 1
         try:
             read = self._maybe_data_read(func, args, kwargs)
@@ -166,6 +176,8 @@ class PhantomMode(FakeTensorMode):
                 return read
             out = self._fake_dispatch(func, types, args, kwargs)
             sim.on_op(func, args, kwargs, out)
+            if type(out) is list:
+                sim.returned_list(len(out))
             return out
         finally:
             self._depth -= 1
