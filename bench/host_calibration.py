@@ -1,7 +1,8 @@
 """Host-side calibration: how fast this machine runs Python, and what an eager CUDA op costs.
 
 Run on a GPU machine (`python bench/host_calibration.py --out host_<gpu>.json`) and on the
-simulating machine (`--no-cuda`). The per-op eager launch cost calibrates
+simulating machine (`--no-cuda`); under `phantom run --gpu H200` it gives the simulated host
+cost of the same eager ops (perf_counter is the simulated host clock there). The per-op eager launch cost calibrates
 HOST_KERNEL_LAUNCH_NS and GEMM_EXTRA_HOST_NS in phantom/context.py. The pure-Python score
 compares machines; it turned out a poor predictor of framework overhead (the lent H100 host
 scored 1.8x slower than the H200 host but launched eager ops only 1.4x slower), so phantom
@@ -106,9 +107,12 @@ def main() -> None:
 
         record["torch"] = torch.__version__
         record["device"] = torch.cuda.get_device_name()
-        record["driver"] = subprocess.run(
-            ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True).stdout.strip()
+        try:
+            record["driver"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                capture_output=True, text=True).stdout.strip()
+        except FileNotFoundError:  # under `phantom run`, where the GPU is simulated
+            record["driver"] = None
         record["eager_op_host_us"] = eager_op_host_us()
     with open(args.out, "w") as f:
         json.dump(record, f, indent=2)
