@@ -497,3 +497,23 @@ def test_sdpa_picks_the_kernel_a_gpu_would_for_grouped_kv_heads(run_script):
         assert "shapes (2, 32, 512, 64) (2, 8, 512, 64)" in proc.stdout
         ops = " ".join(o["op"] for o in report["top_ops"])
         assert f"_scaled_dot_product_{kernel}_backward" in ops, ops
+
+
+def test_gradient_clipping_takes_the_foreach_path_as_on_a_gpu(run_script):
+    """clip_grad_norm_ picks foreach kernels on CUDA tensors (torch.utils._foreach_utils);
+    fake CUDA gradients must get the same choice, not one norm and one mul_ per gradient."""
+    text = """
+        import torch
+        params = [torch.nn.Parameter(torch.randn(64, device="cuda")) for _ in range(50)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        torch.nn.utils.clip_grad_value_(params, 0.5)
+        torch.cuda.synchronize()
+    """
+    proc, report = run_script(text)
+    assert proc.returncode == 0, proc.stderr
+    calls = {o["op"]: o["calls"] for o in report["top_ops"]}
+    assert calls.get("_foreach_norm.Scalar") == 1 and calls.get("_foreach_mul_.Tensor") == 1
+    assert "linalg_vector_norm.default" not in calls or calls["linalg_vector_norm.default"] <= 1
+    assert calls.get("_foreach_clamp_min_.Scalar") == 1 and calls.get("_foreach_clamp_max_.Scalar") == 1

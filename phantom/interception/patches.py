@@ -263,12 +263,21 @@ def _patch_optimizer_defaults() -> None:
     Parameter. Simulated parameters are FakeTensors, so every optimizer built without an
     explicit `foreach=`/`fused=` fell back to the for-loop kernels (one launch per tensor and
     no foreach temporaries) where a GPU runs foreach. FakeTensor counts as a plain tensor; the
-    function's device check still applies (fake CUDA only)."""
+    function's device check still applies (fake CUDA only).
+
+    `torch.nn.utils.clip_grad_norm_` (and `get_total_norm`, `clip_grads_with_norm_`,
+    `clip_grad_value_`) make the same choice through `torch.utils._foreach_utils.
+    _has_foreach_support`, whose list holds only Tensor: a simulated script that clips ran one
+    norm and one `mul_` kernel per gradient (1,372 launches for the SD UNet's 686) where a GPU
+    runs a few foreach kernels. DTensor appends itself to both lists for the same reason
+    (torch/distributed/tensor/__init__.py)."""
     from torch._subclasses.fake_tensor import FakeTensor
     from torch.optim import optimizer
+    from torch.utils import _foreach_utils
 
-    if FakeTensor not in optimizer._foreach_supported_types:
-        optimizer._foreach_supported_types.append(FakeTensor)
+    for supported in (optimizer._foreach_supported_types, _foreach_utils._foreach_supported_types):
+        if FakeTensor not in supported:
+            supported.append(FakeTensor)
 
 
 def _quiet_fake_data_ptr_warning() -> None:
