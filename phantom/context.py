@@ -23,7 +23,7 @@ from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
 from phantom.engine.host import (DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, LIST_INPUT,
-                                 LIST_OUTPUT, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
+                                 LIST_OUTPUT, RELEASE, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
                                  code_fingerprint, reference_step_ns, straggler_pace, training_step,
                                  wake_penalty_ns)
 from phantom.hardware import GPUSpec
@@ -55,6 +55,12 @@ GEMM_EXTRA_HOST_NS = 15_000.0
 REAL_LIST_INPUT_NS = 190.0
 REAL_LIST_OUTPUT_NS = 1_800.0
 LIST_PROBE = 64  # tensors in the calibration's long list (a short list has one)
+# What a new tensor's storage costs the node's host beyond an op that writes into an existing
+# one (the caching allocator's malloc and free, a new tensor object): `x * 2` against
+# `torch.add(x, 1, out=y)` on the lent H200 host, 8.25 against 6.95 us
+# (bench/data/host_h200.json; 1.73 us on the H100 host). Charged per storage freed, in place
+# of what freeing a fake one costs here (Simulation.release_overhead_ns).
+REAL_STORAGE_NS = 1_300.0
 # A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
 D2H_SYNC_NS = 12_000.0
 # PCIe transfer rates measured on the lent H100 (bench/kernels/results/kernels_H100.json,
@@ -154,6 +160,13 @@ class Simulation:
         # (a distributed run's collectives): calibrate_dispatch_overhead(), wake_penalty_ns()
         self.wake_penalty_ns = 0.0
         self._wake_credit = 0.0  # what is left of it to take off since the last wake-up
+        # Simulated-host ns a freed storage costs the gap it dies in beyond a real free: the
+        # storage's finalizer reaching Python (weakref.finalize), not the allocator model's
+        # work, which _release takes off itself. Measured at start-up (_measure_release_cost).
+        self.release_overhead_ns = 0.0
+        self.release_host_ns = 0.0  # ... and what the node's host is charged instead (REAL_STORAGE_NS)
+        self._release_credit = 0.0  # this gap's releases: overhead minus the node's cost
+        self.releases = 0
         self.wake_ups = 0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
         # Per tensor of a list argument / of a returned list: what crossing the handler costs
@@ -227,6 +240,11 @@ class Simulation:
             taken = min(gap, self._wake_credit)
             gap -= taken
             self._wake_credit -= taken
+        if self._release_credit:
+            # storages freed in this gap: their finalizers' way into Python is phantom's, the
+            # allocator's malloc and free the node's
+            gap = max(0.0, gap - self._release_credit)
+            self._release_credit = 0.0
         if self._steady is not None:
             gap = self._steady.typical(site, gap)
         if dispatched:
@@ -294,6 +312,8 @@ class Simulation:
                 "dispatch_entries": self.dispatch_entries, "wake_penalty_ns": self.wake_penalty_ns,
                 "list_tensor_overhead_ns": list(self.list_overhead_ns),
                 "list_tensor_host_ns": list(self.list_real_ns), "list_tensors": self.list_tensors,
+                "release_overhead_ns": self.release_overhead_ns, "release_host_ns": self.release_host_ns,
+                "releases": self.releases,
                 "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns}
 
     def _sample_host_speed(self) -> None:
@@ -504,6 +524,8 @@ class Simulation:
         # phantom's work inside the user's time (the script dropped a tensor): moving the mark
         # takes it off the current gap; inside a handler, end_op resets the mark anyway.
         self._real_mark += self._clock() - t0
+        self._release_credit += self.release_overhead_ns - self.release_host_ns
+        self.releases += 1
 
     def on_gc(self, phase: str, info: dict) -> None:
         """gc.callbacks hook: Python's cyclic collections are not charged as host time.
@@ -592,6 +614,8 @@ class Simulation:
         self.wake_penalty_ns = calibration.get("wake_penalty_ns", 0.0)
         self.list_overhead_ns = tuple(calibration.get("list_overhead_ns", (0.0, 0.0)))
         self.list_real_ns = (REAL_LIST_INPUT_NS, REAL_LIST_OUTPUT_NS)
+        self.release_overhead_ns = calibration.get("release_overhead_ns", 0.0)
+        self.release_host_ns = REAL_STORAGE_NS
         self._gap_scale = self._speed.factor * self.host_speed
         return self.dispatch_overhead_ns
 
@@ -630,6 +654,10 @@ class Simulation:
             real_step()  # warm both
         fake_step()
         self.measure_raw_gaps()
+        # Freed storages first: the per-entry overhead below is then measured net of them (a
+        # step frees about one storage per op, and scripts free more or fewer than that)
+        release_raw, release_best = self._measure_release_cost(pairs)
+        self.release_overhead_ns = release_raw
         diffs = []
         # The CPU side on one intra-op thread, as the reference step: on two shared cores,
         # OpenMP's second thread made a 1 ms step take 3-120 ms (measured), which buried the
@@ -647,6 +675,7 @@ class Simulation:
         self.dispatch_overhead_ns = per_entry * self.host_speed
         list_overhead = (self._speed.settle(LIST_INPUT, fingerprint, list_in) * self.host_speed,
                          self._speed.settle(LIST_OUTPUT, fingerprint, list_out) * self.host_speed)
+        release = self._speed.settle(RELEASE, fingerprint, release_best) * self.host_speed
         # only where collectives block on a coordinator (not a 1-rank run's local group)
         blocking = self.comm is not None and self.comm.client is not None
         wake_penalty = self._measure_wake_penalty(fingerprint) if blocking else 0.0
@@ -655,7 +684,48 @@ class Simulation:
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty,
-                "list_overhead_ns": list_overhead}
+                "list_overhead_ns": list_overhead, "release_overhead_ns": release}
+
+    def _measure_release_cost(self, pairs: int, n: int = 256) -> tuple[float, float]:
+        """What a freed fake storage costs the gap it dies in, beyond freeing a CPU tensor: `n`
+        small tensors made and dropped one by one against made and kept, on fake CUDA and on
+        the CPU, in alternating blocks; the median per storage, in this machine's raw ns and
+        at its best speed. Under `measure_raw_gaps` (no release overhead taken off yet)."""
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+        def fake_block(keep: bool) -> float:
+            kept = []
+            self._real_mark = self._clock()
+            u0 = self.user_host_ns
+            for _ in range(n):
+                x = torch.empty(8, device="cuda")
+                if keep:
+                    kept.append(x)
+                del x
+            self.begin_op("release probe")  # closes the block's last gap
+            self.end_op()
+            charged = self.user_host_ns - u0
+            del kept  # freed outside the next block's gaps (its mark is reset)
+            return charged
+
+        def real_block(keep: bool) -> float:
+            with unset_fake_temporarily():
+                kept = []
+                t0 = self._clock()
+                for _ in range(n):
+                    x = torch.empty(8)
+                    if keep:
+                        kept.append(x)
+                    del x
+                return self._clock() - t0
+
+        raw, best = [], []
+        for _ in range(pairs):
+            fake = fake_block(keep=False) - fake_block(keep=True)
+            real = real_block(keep=False) - real_block(keep=True)
+            raw.append((fake - real) / n)
+            best.append(raw[-1] * self._speed.sample_now())
+        return max(0.0, statistics.median(raw)), max(0.0, statistics.median(best))
 
     def _measure_list_costs(self, pairs: int, calls: int = 4) -> tuple[float, float]:
         """This machine's ns, at its best speed, per tensor of a list argument and per tensor of
@@ -705,6 +775,7 @@ class Simulation:
         self._gap_scale = 1.0
         self.dispatch_overhead_ns = 0.0
         self.list_overhead_ns = self.list_real_ns = (0.0, 0.0)
+        self.release_overhead_ns = self.release_host_ns = self._release_credit = 0.0
         self.wake_penalty_ns = self._wake_credit = 0.0
         self._ops_until_speed_sample = 1 << 30
         self._next_progress = float("inf")
@@ -747,6 +818,7 @@ class Simulation:
             reset()
         self.ops_intercepted = 0
         self.list_tensors = self._list_outputs_pending = 0
+        self.releases, self._release_credit = 0, 0.0
         self.first_op_wall_ns = None
         for block in self._cublas_workspaces.values():
             self.allocator.free(block)

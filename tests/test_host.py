@@ -548,3 +548,30 @@ def test_a_run_reports_its_list_tensor_costs(run_script):
     assert gaps["list_tensor_host_ns"] == [190.0, 1800.0]
     assert all(v >= 0.0 for v in gaps["list_tensor_overhead_ns"])
     assert gaps["list_tensor_overhead_ns"][0] > 0.0  # measured at start-up
+
+
+def test_a_freed_storage_costs_the_nodes_allocator_not_the_finalizer():
+    """A fake storage's finalizer reaching Python costs the gap it dies in time a GPU host does
+    not spend: that (measured at start-up) comes off, and the node's malloc-and-free is charged
+    instead, once per storage, in the gap the storage died in only."""
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim._gap_scale = 1.0
+    sim.dispatch_overhead_ns = 0.0
+    sim.release_overhead_ns, sim.release_host_ns = 3_000.0, 1_300.0
+    now = [0]
+    sim._clock = lambda: now[0]
+    sim._real_mark = 0
+    now[0] = 20_000
+    for key in (-1, -2):  # two storages die in this gap (keys no live storage has)
+        sim._release(key)
+    before = sim.timeline.host_ns
+    sim.begin_op("after")
+    assert sim.timeline.host_ns - before == pytest.approx(20_000 - 2 * (3_000 - 1_300))
+    assert sim.releases == 2
+    sim._real_mark = now[0]
+    now[0] += 5_000
+    before = sim.timeline.host_ns
+    sim.begin_op("next")  # nothing freed here
+    assert sim.timeline.host_ns - before == pytest.approx(5_000)

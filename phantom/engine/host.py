@@ -97,7 +97,8 @@ DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
 LIST_INPUT = "list_input_ns"  # per tensor of a list argument (Simulation._measure_list_costs)
 LIST_OUTPUT = "list_output_ns"  # per tensor of a returned list
-_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY, LIST_INPUT, LIST_OUTPUT)
+RELEASE = "release_ns"  # per storage freed (Simulation._measure_release_cost)
+_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY, LIST_INPUT, LIST_OUTPUT, RELEASE)
 
 
 def code_fingerprint() -> str:
