@@ -3,15 +3,4 @@
 # fused, clip_grad_norm_, zero_grad) per call, bench/host_list_ops.py, twice, with the host's
 # reference step before and after. Usage on the device: bash bench/device/h200_list_ops.sh.
 # Out: $OUT/call.tgz.
-CALL_BUDGET_S=240 source bench/device/call_lib.sh
-export CUDA_VISIBLE_DEVICES=0
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python -c "import torch; print(torch.__version__)"; lscpu | grep "Model name"; } > $W/env.txt 2>&1
-step "reference before"
-timeout $(left 60) python -m phantom.engine.host > $W/host_reference_before.json 2>> $log
-for round in 1 2; do
-  step "list ops round $round"
-  timeout $(left 90) python bench/host_list_ops.py --out $W/list_ops_real_round$round.json >> $log 2>&1
-done
-step "reference after"
-timeout $(left 60) python -m phantom.engine.host > $W/host_reference_after.json 2>> $log
-step done
+exec bash bench/device/host_rounds.sh bench/host_list_ops.py list_ops_real
