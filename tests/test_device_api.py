@@ -88,6 +88,37 @@ def test_simulated_time_matches_gpu_speed(run_script):
     assert 2.5 < results["A100"]["event_ms"] / h100["event_ms"] < 4.5
 
 
+def test_backward_hooks_read_the_simulated_clock(run_script):
+    """A fake CUDA tensor's backward runs on autograd's device thread, hooks included (as on a
+    GPU machine); a hook that times itself (DeepSpeed's and Megatron's timers do) must read the
+    simulated host clock there, not this machine's: the GEMMs before the backward put the
+    simulated clock ~70 ms ahead of the real one."""
+    proc, _ = run_script(
+        """
+        import threading, time, torch
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        for _ in range(50):
+            a @ a
+        torch.cuda.synchronize()
+        w = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        seen = []
+        y = a @ w
+        y.register_hook(lambda g: seen.append((threading.current_thread() is threading.main_thread(),
+                                               time.perf_counter())))
+        t0 = time.perf_counter()
+        (y @ w).sum().backward()
+        t1 = time.perf_counter()
+        print("hook_on_main=", seen[0][0])
+        print("inside=", t0 <= seen[0][1] <= t1)
+        """,
+        "--gpu", "H100", "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["hook_on_main"] == "False"  # else this test checks nothing
+    assert v["inside"] == "True"
+
+
 def test_memory_api_follows_the_caching_allocator(run_script):
     proc, _ = run_script(
         """

@@ -2,8 +2,11 @@
 
 `time.perf_counter[_ns]` and `time.time[_ns]` return simulated time, offset so that they
 continue from the real clock at the moment the simulation started (timestamps in logs look
-normal). Only the main thread sees simulated time: background threads (data loaders,
-progress bars, watchdogs) keep real clocks, since their waits are real.
+normal). The main thread sees simulated time, and so does a thread running a backward pass
+(autograd's engine runs a CUDA graph's backward on its own device thread, hooks included, while
+the main thread waits in `.backward()`: its host time is the simulated host's, as on a GPU
+machine). Other threads (data loaders, progress bars, watchdogs) keep real clocks, since their
+waits are real.
 
 Policy decisions (documented in the README):
 - `time.monotonic` stays real: libraries use it for timeouts and rate limits, which must
@@ -17,6 +20,8 @@ from __future__ import annotations
 import threading
 import time
 from typing import TYPE_CHECKING
+
+import torch
 
 if TYPE_CHECKING:
     from phantom.context import Simulation
@@ -33,8 +38,11 @@ def install(sim: "Simulation") -> None:
     real_perf_counter = time.perf_counter
     real_time = time.time
 
+    # -1 outside a backward pass; a C call, made only off the main thread
+    graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
     def on_main() -> bool:
-        return threading.get_ident() == main_thread
+        return threading.get_ident() == main_thread or graph_task() != -1
 
     def perf_counter_ns() -> int:
         if not on_main():
