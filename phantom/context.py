@@ -22,8 +22,9 @@ from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
-from phantom.engine.host import (DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, LIST_INPUT,
-                                 LIST_OUTPUT, RELEASE, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
+from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS,
+                                 LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY, HostSpeedNormalizer,
+                                 SteadyGaps,
                                  code_fingerprint, reference_step_ns, straggler_pace, training_step,
                                  wake_penalty_ns)
 from phantom.hardware import GPUSpec
@@ -151,7 +152,7 @@ class Simulation:
         # time the process waits for a core, whether other ranks or other work on this machine
         # hold it (on a loaded 2-core machine a host-bound step came out 290 ms in wall time
         # and 34 ms in CPU time; real: 21 ms). Blocking waits are not CPU time.
-        self._clock = time.process_time_ns
+        self._clock = HOST_CLOCK_NS
         self._real_mark = self._clock()
         self.wall_start_ns = REAL_NS()
         self.first_op_wall_ns: int | None = None
@@ -170,6 +171,13 @@ class Simulation:
         self.releases = 0
         self.wake_ups = 0
         self.dispatch_entries = 0  # every entry into the dispatch handler, metadata included
+        # Simulated runtime calls (torch.cuda streams, events and syncs; clock reads): api_enter/exit
+        self._api_depth = 0
+        # Simulated-host ns a runtime call's way in and out costs the gaps around it beyond a
+        # real call's (the wrapper, the clock reads): measured at start-up, taken off
+        self.api_overhead_ns = 0.0
+        self.api_calls = 0
+        self.api_host_ns = 0.0  # the node's cost of them, charged
         # Per tensor of a list argument / of a returned list: what crossing the handler costs
         # here (taken off) and on the node (charged); both 0 until the calibration, and while
         # it measures (measure_raw_gaps).
@@ -220,7 +228,8 @@ class Simulation:
     def _new_steady_gaps(self) -> SteadyGaps | None:
         return SteadyGaps() if self.options.host_gaps == "steady" else None
 
-    def begin_op(self, site: object = None, dispatched: bool = False, list_inputs: int = 0) -> None:
+    def begin_op(self, site: object = None, dispatched: bool = False, list_inputs: int = 0,
+                 now: int | None = None, api: bool = False) -> None:
         """Entering phantom at `site` (the op, or what else ends the gap): charge the user's
         own host time since we last returned.
 
@@ -229,8 +238,14 @@ class Simulation:
         does not pay; `dispatch_overhead_ns`, measured at start-up, is taken off. So is the
         cost of passing each of the op's `list_inputs` list-argument tensors, and each tensor of
         a list the previous op returned, through that path, charged at the node's cost instead.
+        `now`: the gap's end as read by the caller (HOST_CLOCK_NS), where phantom's own path
+        to here began. `api`: the gap ends in a simulated runtime call (api_enter), whose way
+        in and out (`api_overhead_ns`) is taken off.
         """
-        now = self._clock()
+        if self._api_depth:
+            return  # inside a simulated CUDA runtime call: its entry closed the script's gap
+        if now is None:
+            now = self._clock()
         # In simulated-host nanoseconds: this machine at its best observed speed (the probe),
         # scaled by how fast it is relative to the simulated host.
         gap = (now - self._real_mark) * self._gap_scale
@@ -251,6 +266,8 @@ class Simulation:
         if dispatched:
             self.dispatch_entries += 1
             gap -= self.dispatch_overhead_ns
+        elif api:
+            gap -= self.api_overhead_ns
         outputs, self._list_outputs_pending = self._list_outputs_pending, 0
         if list_inputs or outputs:
             (over_in, over_out), (real_in, real_out) = self.list_overhead_ns, self.list_real_ns
@@ -279,6 +296,27 @@ class Simulation:
         """The rank process just returned from a blocking round trip to the coordinator."""
         self.wake_ups += 1
         self._wake_credit = self.wake_penalty_ns
+
+    def api_enter(self, site: str, now: int) -> None:
+        """A simulated CUDA runtime call (`torch.cuda.current_stream()`, an event record, a
+        stream context, a clock read) begins: the script's gap ends here. What the simulation
+        does to answer it is phantom's time, not the script's; `api_exit` charges the node's
+        cost of the call instead. Calls made inside another (the current stream an event record
+        looks up) are part of it. `now`: HOST_CLOCK_NS read first thing in the call."""
+        if self._api_depth == 0:
+            self.begin_op(site, now=now, api=True)
+        self._api_depth += 1
+
+    def api_exit(self, node_ns: float) -> None:
+        """The call that `api_enter` began returns: charge the node's host cost of it (outermost
+        calls only), at the slowest rank's pace as every host cost."""
+        self._api_depth -= 1
+        if self._api_depth == 0:
+            host_ns = node_ns * self.rank_pace
+            self.api_calls += 1
+            self.api_host_ns += host_ns
+            self.timeline.advance_host(host_ns)
+            self.end_op()
 
     def end_op(self) -> None:
         """Leaving phantom: our own overhead up to here is not the user's time."""
@@ -314,18 +352,21 @@ class Simulation:
                 "list_tensor_overhead_ns": list(self.list_overhead_ns),
                 "list_tensor_host_ns": list(self.list_real_ns), "list_tensors": self.list_tensors,
                 "release_overhead_ns": self.release_overhead_ns, "release_host_ns": self.release_host_ns,
-                "releases": self.releases,
-                "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns}
+                "releases": self.releases, "api_overhead_ns": self.api_overhead_ns,
+                "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns,
+                "api_calls": self.api_calls, "api_host_ns": self.api_host_ns}
 
     def _sample_host_speed(self) -> None:
         self._ops_until_speed_sample = SPEED_SAMPLE_EVERY_OPS
         self._speed_sampled_wall = REAL_NS()
         self._gap_scale = self._speed.sample() * self.host_speed
 
-    def host_now_ns(self) -> float:
-        self.begin_op("clock")
+    def host_now_ns(self, node_ns: float = 0.0, now: int | None = None) -> float:
+        """The simulated host clock, read as a call that costs the node `node_ns` (`now`: as
+        api_enter)."""
+        self.api_enter("clock", self._clock() if now is None else now)
         now = self.timeline.host_ns
-        self.end_op()
+        self.api_exit(node_ns)
         return now
 
     def advance_host_ns(self, ns: float) -> None:
@@ -617,6 +658,7 @@ class Simulation:
         self.list_real_ns = (REAL_LIST_INPUT_NS, REAL_LIST_OUTPUT_NS)
         self.release_overhead_ns = calibration.get("release_overhead_ns", 0.0)
         self.release_host_ns = REAL_STORAGE_NS
+        self.api_overhead_ns = calibration.get("api_overhead_ns", 0.0)
         self._gap_scale = self._speed.factor * self.host_speed
         return self.dispatch_overhead_ns
 
@@ -654,6 +696,7 @@ class Simulation:
             real_step = training_step("cpu")
             real_step()  # warm both
         fake_step()
+        pace = self.rank_pace
         self.measure_raw_gaps()
         # Freed storages first: the per-entry overhead below is then measured net of them (a
         # step frees about one storage per op, and scripts free more or fewer than that)
@@ -670,13 +713,16 @@ class Simulation:
             # after the calibration scaled the whole run's overhead by that moment's speed
             diffs.append((fake_ns - real_ns) / entries * self._speed.sample_now())
         list_in, list_out = self._measure_list_costs(pairs)
+        api_call = self._measure_api_overhead(pairs)
         torch.set_num_threads(threads)
+        self.rank_pace = pace
         self._sample_host_speed()
         per_entry = self._speed.settle(DISPATCH_OVERHEAD, fingerprint, statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
         list_overhead = (self._speed.settle(LIST_INPUT, fingerprint, list_in) * self.host_speed,
                          self._speed.settle(LIST_OUTPUT, fingerprint, list_out) * self.host_speed)
         release = self._speed.settle(RELEASE, fingerprint, release_best) * self.host_speed
+        api_overhead = self._speed.settle(API_CALL, fingerprint, api_call) * self.host_speed
         # only where collectives block on a coordinator (not a 1-rank run's local group)
         blocking = self.comm is not None and self.comm.client is not None
         wake_penalty = self._measure_wake_penalty(fingerprint) if blocking else 0.0
@@ -685,7 +731,8 @@ class Simulation:
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty,
-                "list_overhead_ns": list_overhead, "release_overhead_ns": release}
+                "list_overhead_ns": list_overhead, "release_overhead_ns": release,
+                "api_overhead_ns": api_overhead}
 
     def _measure_release_cost(self, pairs: int, n: int = 256) -> tuple[float, float]:
         """What a freed fake storage costs the gap it dies in, beyond freeing a CPU tensor: `n`
@@ -757,6 +804,37 @@ class Simulation:
             outputs.append((both - per_input) * speed)
         return max(0.0, statistics.median(inputs)), max(0.0, statistics.median(outputs))
 
+    def _measure_api_overhead(self, pairs: int, calls: int = 256) -> float:
+        """This machine's ns, at its best speed, that a simulated runtime call's way in and out
+        (the wrapper, its clock reads) adds to the gaps around it, beyond a real call's: blocks
+        of `calls` `torch.cuda.current_stream()` calls (its cheapest wrapped call) against as
+        many calls of a C function, alternating; the median of the pairs' per-call
+        differences. Under `measure_raw_gaps` (the call's node cost goes to the timeline, not
+        to the gaps)."""
+        from phantom.interception.clock import REAL_PERF_COUNTER_NS
+
+        query = torch.cuda.current_stream
+
+        def fake_block() -> float:
+            self._real_mark = self._clock()
+            u0 = self.user_host_ns
+            for _ in range(calls):
+                query()
+            self.begin_op("api probe")  # closes the block's last gap
+            self.end_op()
+            return self.user_host_ns - u0
+
+        def real_block() -> float:
+            t0 = self._clock()
+            for _ in range(calls):
+                REAL_PERF_COUNTER_NS()
+            return self._clock() - t0
+
+        diffs = []
+        for _ in range(pairs):
+            diffs.append((fake_block() - real_block()) / calls * self._speed.sample_now())
+        return max(0.0, statistics.median(diffs))
+
     def _measure_wake_penalty(self, fingerprint: str) -> float:
         """Simulated-host ns to take off after each blocking round trip (wake_penalty_ns): the
         median of this measurement and the recent ones of the same code on this machine."""
@@ -775,9 +853,14 @@ class Simulation:
         calibration measures in (and bench/dispatch_overhead_by_workload.py after it)."""
         self._steady = None
         self._gap_scale = 1.0
+        # this machine's own gaps: a multi-GPU run's pace (set_world, set before the
+        # calibration) multiplied every calibration gap, and the overheads measured from them
+        # were taken off gaps that were then multiplied by it again
+        self.rank_pace = 1.0
         self.dispatch_overhead_ns = 0.0
         self.list_overhead_ns = self.list_real_ns = (0.0, 0.0)
         self.release_overhead_ns = self.release_host_ns = self._release_credit = 0.0
+        self.api_overhead_ns = 0.0
         self.wake_penalty_ns = self._wake_credit = 0.0
         self._ops_until_speed_sample = 1 << 30
         self._next_progress = float("inf")
@@ -821,6 +904,7 @@ class Simulation:
         self.ops_intercepted = 0
         self.list_tensors = self._list_outputs_pending = 0
         self.releases, self._release_credit = 0, 0.0
+        self.api_calls, self.api_host_ns = 0, 0.0
         self.first_op_wall_ns = None
         for block in self._cublas_workspaces.values():
             self.allocator.free(block)

@@ -575,3 +575,83 @@ def test_a_freed_storage_costs_the_nodes_allocator_not_the_finalizer():
     before = sim.timeline.host_ns
     sim.begin_op("next")  # nothing freed here
     assert sim.timeline.host_ns - before == pytest.approx(5_000)
+
+
+def test_a_runtime_call_charges_the_nodes_cost_not_the_simulations():
+    """A simulated CUDA runtime call (a current-stream query, an event record) ends the
+    script's gap where it is entered; what the simulation does to answer it, calls nested in
+    it included, is not the script's time, and the node's cost of the outermost call is
+    charged instead, once, with the calibrated way in and out taken off the gap."""
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim._gap_scale = 1.0
+    sim.dispatch_overhead_ns = 0.0
+    sim.api_overhead_ns = 500.0
+    now = [0]
+    sim._clock = lambda: now[0]
+    sim._real_mark = 0
+    before = sim.timeline.host_ns
+    sim.api_enter("record", now=3_000)  # the script ran 3 us; the wrapper read the clock
+    now[0] = 9_000  # the simulation's own work: not charged
+    sim.api_enter("current_stream", now=9_000)  # nested (the record's stream lookup)
+    sim.begin_op("sync")  # a sync inside the call: no gap of its own
+    sim.end_op()
+    sim.api_exit(4_280.0)
+    sim.api_exit(5_770.0)
+    assert sim.timeline.host_ns - before == pytest.approx(3_000 - 500 + 5_770)
+    assert (sim.api_calls, sim.api_host_ns) == (1, 5_770.0)
+    now[0] = 12_000
+    before = sim.timeline.host_ns
+    sim.begin_op("op")  # the next gap starts where the call returned
+    assert sim.timeline.host_ns - before == pytest.approx(12_000 - 9_000)
+
+
+def test_the_calibration_measures_this_machine_not_the_ranks_pace():
+    """A multi-GPU run's pace (its slowest rank's) multiplies the charged gaps; the calibration
+    measures this machine's raw gaps, so it must not see it (it did: every overhead taken off
+    came out `pace` times too large, and the gaps it was taken from were multiplied again)."""
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim.set_world(8)
+    assert sim.rank_pace > 1.05
+    now = [0]
+    sim._clock = lambda: now[0]
+    sim.measure_raw_gaps()
+
+    def fake_step():
+        now[0] += 2_000
+        sim.begin_op("op", dispatched=True)
+        sim.end_op()
+
+    for fake_ns, _, entries in sim.paired_blocks(fake_step, lambda: None, pairs=2, steps=4):
+        assert fake_ns / entries == pytest.approx(2_000)
+
+
+def test_runtime_calls_cost_what_they_cost_the_node(run_script):
+    """`torch.cuda.current_stream()` and a stream context in a loop: each is charged the node's
+    measured cost (bench/host_cuda_api.py) plus at most a little of the loop, not phantom's
+    Python; the report counts them."""
+    from phantom.interception.cuda_api import NODE_HOST_NS
+
+    text = """
+        import time, torch
+        side = torch.cuda.Stream()
+        torch.cuda.synchronize()
+        for name, call in (("current_stream", torch.cuda.current_stream),
+                           ("stream_context", lambda: torch.cuda.stream(side).__enter__() or None)):
+            t0 = time.perf_counter()
+            for _ in range(500):
+                call()
+            print(name, "=", (time.perf_counter() - t0) / 500 * 1e9)
+    """
+    proc, report = run_script(text, "--gpu", "H200")
+    assert proc.returncode == 0, proc.stderr
+    per_call = {k.strip(): float(v) for k, v in
+                (line.split("=") for line in proc.stdout.splitlines() if "=" in line)}
+    node = NODE_HOST_NS["current_stream"]
+    assert node <= per_call["current_stream"] < node + 3_000
+    # entered and never left: the whole context's cost is charged on entry
+    assert per_call["stream_context"] >= NODE_HOST_NS["stream_context"]
+    assert report["simulation"]["host_gaps"]["api_calls"] >= 1_000

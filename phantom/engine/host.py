@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 _CLOCK_NS = time.perf_counter_ns  # bound before the simulation patches time
+# The clock the script's host time is measured with: this process's CPU time (Simulation).
+HOST_CLOCK_NS = time.process_time_ns
 PROBE_N = 2_000
 # Probe samples averaged into the current speed. The machine's fast and slow spells are about
 # as long as the stretch between two samples, so one sample says little about the stretch
@@ -98,7 +100,8 @@ WAKE_PENALTY = "wake_penalty_ns"
 LIST_INPUT = "list_input_ns"  # per tensor of a list argument (Simulation._measure_list_costs)
 LIST_OUTPUT = "list_output_ns"  # per tensor of a returned list
 RELEASE = "release_ns"  # per storage freed (Simulation._measure_release_cost)
-_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY, LIST_INPUT, LIST_OUTPUT, RELEASE)
+API_CALL = "api_call_ns"  # per simulated runtime call (Simulation._measure_api_overhead)
+_HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY, LIST_INPUT, LIST_OUTPUT, RELEASE, API_CALL)
 
 
 def code_fingerprint() -> str:

@@ -23,46 +23,60 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from phantom.engine.host import HOST_CLOCK_NS
+
 if TYPE_CHECKING:
     from phantom.context import Simulation
 
 REAL_PERF_COUNTER_NS = time.perf_counter_ns
 REAL_TIME_NS = time.time_ns
 REAL_SLEEP = time.sleep
+# A clock read on the node: `time.perf_counter()` in a loop on the lent H200 hosts, 0.06 us
+# (bench/host_cuda_api.py, bench/data/session21/device_cuda_api*/). Under phantom the patched
+# clock's own Python path is phantom's time, not the script's (Simulation.api_enter).
+CLOCK_READ_NS = 60.0
+
+_MAIN_THREAD = threading.main_thread().ident
+# -1 outside a backward pass; a C call, made only off the main thread
+_graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
+
+
+def simulated_thread() -> bool:
+    """Whether the calling thread runs on the simulated host: the main thread, or one running
+    a backward pass (autograd's device thread). Other threads keep real time."""
+    return threading.get_ident() == _MAIN_THREAD or _graph_task() != -1
 
 
 def install(sim: "Simulation") -> None:
-    main_thread = threading.main_thread().ident
     perf_origin_ns = REAL_PERF_COUNTER_NS()
     wall_origin_ns = REAL_TIME_NS()
     real_perf_counter = time.perf_counter
     real_time = time.time
-
-    # -1 outside a backward pass; a C call, made only off the main thread
-    graph_task = getattr(torch._C, "_current_graph_task_id", lambda: -1)
-
-    def on_main() -> bool:
-        return threading.get_ident() == main_thread or graph_task() != -1
+    on_main = simulated_thread
 
     def perf_counter_ns() -> int:
+        now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not on_main():
             return REAL_PERF_COUNTER_NS()
-        return perf_origin_ns + int(sim.host_now_ns())
+        return perf_origin_ns + int(sim.host_now_ns(CLOCK_READ_NS, now))
 
     def perf_counter() -> float:
+        now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not on_main():
             return real_perf_counter()
-        return (perf_origin_ns + sim.host_now_ns()) / 1e9
+        return (perf_origin_ns + sim.host_now_ns(CLOCK_READ_NS, now)) / 1e9
 
     def time_ns() -> int:
+        now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not on_main():
             return REAL_TIME_NS()
-        return wall_origin_ns + int(sim.host_now_ns())
+        return wall_origin_ns + int(sim.host_now_ns(CLOCK_READ_NS, now))
 
     def time_() -> float:
+        now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not on_main():
             return real_time()
-        return (wall_origin_ns + sim.host_now_ns()) / 1e9
+        return (wall_origin_ns + sim.host_now_ns(CLOCK_READ_NS, now)) / 1e9
 
     def sleep(seconds: float) -> None:
         if not on_main():

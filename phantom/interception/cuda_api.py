@@ -9,11 +9,15 @@ Streams and events are simulated objects whose ordering semantics live in the en
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+from phantom.engine.host import HOST_CLOCK_NS
+from phantom.interception.clock import simulated_thread
 
 if TYPE_CHECKING:
     from phantom.context import Simulation
@@ -22,6 +26,54 @@ if TYPE_CHECKING:
 # wheel runs on the GPU hosts phantom's measurements come from (bench/README.md).
 SIMULATED_CUDA_VERSION = "13.0"
 SIMULATED_NCCL_VERSION = (2, 28, 9)  # what torch 2.11 (CUDA 13) loads on the measured GPU hosts
+
+
+# What each call costs the node's host, in ns: torch.cuda's Python wrapper and the CUDA runtime
+# call under it (a current-stream query builds a Python Stream object; a stream context queries
+# and sets the current stream twice; `wait_stream` records an event and waits on it). Medians
+# of bench/host_cuda_api.py on two lent H200 hosts, two rounds each (torch 2.11, Intel Xeon
+# hosts, 2026-11-26; bench/data/session21/device_cuda_api*/; the last six on the second host
+# only). Its `stream_wait_stream` case also queries the current stream, and its `set_stream`
+# case the default stream: those are taken off here. Under phantom each call is a Python function of the simulation whose own time is
+# phantom's, not the script's: it is left out (Simulation.api_enter) and these are charged
+# instead, as the node's launch cost is for a kernel. The waits of the syncs come from the
+# simulated GPU on top.
+NODE_HOST_NS = {
+    "current_stream": 4_280.0,
+    "stream_context": 10_500.0,  # torch.cuda.stream(s): creation, enter and exit together
+    "event_new": 1_880.0,  # an event created and recorded (7.65 us) less a record (5.77)
+    "event_record": 5_770.0,
+    "event_query": 420.0,
+    "stream_wait_event": 810.0,
+    "stream_wait_stream": 3_950.0,  # 8.23 us with a current_stream() (4.28)
+    "synchronize": 5_770.0,  # torch.cuda.synchronize() with the GPU idle
+    "stream_synchronize": 1_150.0,
+    "event_synchronize": 760.0,
+    "stream_query": 810.0,
+    "default_stream": 6_530.0,
+    "set_stream": 910.0,  # 7.44 us with a default_stream() (6.53)
+    "event_wait": 1_210.0,
+    "stream_new": 1_200.0,
+}
+
+
+def _node_call(site: str, node_ns: float) -> Callable[[Callable], Callable]:
+    """Time a simulated CUDA runtime call as the node's `node_ns`, not as what the simulation
+    spends answering it. Threads off the simulated host (data loaders) call straight through."""
+    def wrap(fn: Callable) -> Callable:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
+            if not simulated_thread():
+                return fn(*args, **kwargs)
+            sim = _sim()
+            sim.api_enter(site, now)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sim.api_exit(node_ns)
+        return call
+    return wrap
 
 
 def _device_index(device: Any = None) -> int:
@@ -40,6 +92,7 @@ def _device_index(device: Any = None) -> int:
 class Stream:
     """A simulated CUDA stream (stands in for torch.cuda.Stream)."""
 
+    @_node_call("cuda.Stream", NODE_HOST_NS["stream_new"])
     def __new__(cls, device: Any = None, priority: int = 0, stream_id: int | None = None,
                 device_index: int | None = None, device_type: int | None = None, **_: Any):
         self = object.__new__(cls)
@@ -65,9 +118,11 @@ class Stream:
     def cuda_stream(self) -> int:
         return 0x7F0000 + self.stream_id  # a stable fake cudaStream_t
 
+    @_node_call("cuda.Stream.wait_event", NODE_HOST_NS["stream_wait_event"])
     def wait_event(self, event: "Event") -> None:
         _sim().timeline.stream_wait_event(self.stream_id, event._event)
 
+    @_node_call("cuda.Stream.wait_stream", NODE_HOST_NS["stream_wait_stream"])
     def wait_stream(self, stream: "Stream") -> None:
         _sim().timeline.stream_wait_stream(self.stream_id, stream.stream_id)
 
@@ -76,9 +131,11 @@ class Stream:
         event.record(self)
         return event
 
+    @_node_call("cuda.Stream.query", NODE_HOST_NS["stream_query"])
     def query(self) -> bool:
         return _sim().query_stream(self.stream_id)
 
+    @_node_call("cuda.Stream.synchronize", NODE_HOST_NS["stream_synchronize"])
     def synchronize(self) -> None:
         _sim().synchronize_stream(self.stream_id)
 
@@ -108,23 +165,28 @@ class ExternalStream(Stream):
 class Event:
     """A simulated CUDA event (stands in for torch.cuda.Event)."""
 
+    @_node_call("cuda.Event", NODE_HOST_NS["event_new"])
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False, external: bool = False) -> None:
         from phantom.engine import Event as EngineEvent
         self._event = EngineEvent(enable_timing=enable_timing)
         self.enable_timing = enable_timing
 
+    @_node_call("cuda.Event.record", NODE_HOST_NS["event_record"])
     def record(self, stream: Stream | None = None) -> None:
         stream = stream if stream is not None else current_stream()
         _sim().record_event(self._event, stream.stream_id)
 
+    @_node_call("cuda.Event.wait", NODE_HOST_NS["event_wait"])
     def wait(self, stream: Stream | None = None) -> None:
         stream = stream if stream is not None else current_stream()
         stream.wait_event(self)
 
+    @_node_call("cuda.Event.query", NODE_HOST_NS["event_query"])
     def query(self) -> bool:
         return _sim().query_event(self._event)
 
+    @_node_call("cuda.Event.synchronize", NODE_HOST_NS["event_synchronize"])
     def synchronize(self) -> None:
         _sim().synchronize_event(self._event)
 
@@ -155,12 +217,14 @@ class StreamContext:
         self.stream = stream
         self._prev: Stream | None = None
 
+    @_node_call("cuda.stream", NODE_HOST_NS["stream_context"])
     def __enter__(self) -> None:
         if self.stream is None:
             return
         self._prev = current_stream(self.stream.device_index)
         _sim().set_current_stream(self.stream)
 
+    @_node_call("cuda.stream.exit", 0.0)  # the context's whole cost is charged on entry
     def __exit__(self, *exc: Any) -> None:
         if self.stream is not None and self._prev is not None:
             _sim().set_current_stream(self._prev)
@@ -170,14 +234,19 @@ def stream(s: Stream | None) -> StreamContext:
     return StreamContext(s)
 
 
-def current_stream(device: Any = None) -> Stream:
+def _current_stream(device: Any = None) -> Stream:
     return _sim().current_stream(_device_index(device))
 
 
+current_stream = _node_call("cuda.current_stream", NODE_HOST_NS["current_stream"])(_current_stream)
+
+
+@_node_call("cuda.default_stream", NODE_HOST_NS["default_stream"])
 def default_stream(device: Any = None) -> Stream:
     return _sim().default_stream(_device_index(device))
 
 
+@_node_call("cuda.set_stream", NODE_HOST_NS["set_stream"])
 def set_stream(s: Stream) -> None:
     if s is not None:
         _sim().set_current_stream(s)
@@ -412,6 +481,7 @@ def install(sim: "Simulation") -> None:
             torch._C._accelerator_setDeviceIndex(index)
         return prev
 
+    @_node_call("cuda.synchronize", NODE_HOST_NS["synchronize"])
     def synchronize(device: Any = None) -> None:
         sim.synchronize_device()
 
@@ -421,11 +491,11 @@ def install(sim: "Simulation") -> None:
         "_cuda_setDevice": set_device,
         "_cuda_exchangeDevice": exchange_device,
         "_cuda_maybeExchangeDevice": exchange_device,
-        "_cuda_synchronize": lambda: sim.synchronize_device(),
+        "_cuda_synchronize": lambda: synchronize(),
         "_cuda_getArchFlags": lambda: "sm_80 sm_90",
         "_cuda_isInBadFork": lambda: False,
         "_cuda_init": lambda: None,
-        "_cuda_getCurrentRawStream": lambda idx: current_stream(idx).cuda_stream,
+        "_cuda_getCurrentRawStream": lambda idx: _current_stream(idx).cuda_stream,
         "_cuda_getCurrentBlasHandle": lambda: 0,
         "_cuda_clearCublasWorkspaces": lambda: None,
         "_cuda_get_conv_benchmark_empty_cache": lambda: True,
