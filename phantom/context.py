@@ -22,11 +22,10 @@ from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
-from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS,
-                                 LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY, HostSpeedNormalizer,
-                                 SteadyGaps,
-                                 code_fingerprint, reference_step_ns, straggler_pace, training_step,
-                                 wake_penalty_ns)
+from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
+                                 HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY,
+                                 HostSpeedNormalizer, SteadyGaps, code_fingerprint,
+                                 reference_step_ns, straggler_pace, training_step, wake_penalty_ns)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator

@@ -34,10 +34,10 @@ SIMULATED_NCCL_VERSION = (2, 28, 9)  # what torch 2.11 (CUDA 13) loads on the me
 # of bench/host_cuda_api.py on two lent H200 hosts, two rounds each (torch 2.11, Intel Xeon
 # hosts, 2026-11-26; bench/data/session21/device_cuda_api*/; the last six on the second host
 # only). Its `stream_wait_stream` case also queries the current stream, and its `set_stream`
-# case the default stream: those are taken off here. Under phantom each call is a Python function of the simulation whose own time is
-# phantom's, not the script's: it is left out (Simulation.api_enter) and these are charged
-# instead, as the node's launch cost is for a kernel. The waits of the syncs come from the
-# simulated GPU on top.
+# case the default stream: those are taken off here. Under phantom each call is a Python
+# function of the simulation whose own time is phantom's, not the script's: it is left out
+# (Simulation.api_enter) and these are charged instead, as the node's launch cost is for a
+# kernel. The waits of the syncs come from the simulated GPU on top.
 NODE_HOST_NS = {
     "current_stream": 4_280.0,
     "stream_context": 10_500.0,  # torch.cuda.stream(s): creation, enter and exit together
@@ -54,10 +54,11 @@ NODE_HOST_NS = {
     "set_stream": 910.0,  # 7.44 us with a default_stream() (6.53)
     "event_wait": 1_210.0,
     "stream_new": 1_200.0,
+    "record_stream": 470.0,  # Tensor.record_stream(s) (patches._patch_record_stream)
 }
 
 
-def _node_call(site: str, node_ns: float) -> Callable[[Callable], Callable]:
+def node_call(site: str, node_ns: float) -> Callable[[Callable], Callable]:
     """Time a simulated CUDA runtime call as the node's `node_ns`, not as what the simulation
     spends answering it. Threads off the simulated host (data loaders) call straight through."""
     def wrap(fn: Callable) -> Callable:
@@ -92,7 +93,7 @@ def _device_index(device: Any = None) -> int:
 class Stream:
     """A simulated CUDA stream (stands in for torch.cuda.Stream)."""
 
-    @_node_call("cuda.Stream", NODE_HOST_NS["stream_new"])
+    @node_call("cuda.Stream", NODE_HOST_NS["stream_new"])
     def __new__(cls, device: Any = None, priority: int = 0, stream_id: int | None = None,
                 device_index: int | None = None, device_type: int | None = None, **_: Any):
         self = object.__new__(cls)
@@ -118,11 +119,11 @@ class Stream:
     def cuda_stream(self) -> int:
         return 0x7F0000 + self.stream_id  # a stable fake cudaStream_t
 
-    @_node_call("cuda.Stream.wait_event", NODE_HOST_NS["stream_wait_event"])
+    @node_call("cuda.Stream.wait_event", NODE_HOST_NS["stream_wait_event"])
     def wait_event(self, event: "Event") -> None:
         _sim().timeline.stream_wait_event(self.stream_id, event._event)
 
-    @_node_call("cuda.Stream.wait_stream", NODE_HOST_NS["stream_wait_stream"])
+    @node_call("cuda.Stream.wait_stream", NODE_HOST_NS["stream_wait_stream"])
     def wait_stream(self, stream: "Stream") -> None:
         _sim().timeline.stream_wait_stream(self.stream_id, stream.stream_id)
 
@@ -131,11 +132,11 @@ class Stream:
         event.record(self)
         return event
 
-    @_node_call("cuda.Stream.query", NODE_HOST_NS["stream_query"])
+    @node_call("cuda.Stream.query", NODE_HOST_NS["stream_query"])
     def query(self) -> bool:
         return _sim().query_stream(self.stream_id)
 
-    @_node_call("cuda.Stream.synchronize", NODE_HOST_NS["stream_synchronize"])
+    @node_call("cuda.Stream.synchronize", NODE_HOST_NS["stream_synchronize"])
     def synchronize(self) -> None:
         _sim().synchronize_stream(self.stream_id)
 
@@ -165,28 +166,28 @@ class ExternalStream(Stream):
 class Event:
     """A simulated CUDA event (stands in for torch.cuda.Event)."""
 
-    @_node_call("cuda.Event", NODE_HOST_NS["event_new"])
+    @node_call("cuda.Event", NODE_HOST_NS["event_new"])
     def __init__(self, enable_timing: bool = False, blocking: bool = False,
                  interprocess: bool = False, external: bool = False) -> None:
         from phantom.engine import Event as EngineEvent
         self._event = EngineEvent(enable_timing=enable_timing)
         self.enable_timing = enable_timing
 
-    @_node_call("cuda.Event.record", NODE_HOST_NS["event_record"])
+    @node_call("cuda.Event.record", NODE_HOST_NS["event_record"])
     def record(self, stream: Stream | None = None) -> None:
         stream = stream if stream is not None else current_stream()
         _sim().record_event(self._event, stream.stream_id)
 
-    @_node_call("cuda.Event.wait", NODE_HOST_NS["event_wait"])
+    @node_call("cuda.Event.wait", NODE_HOST_NS["event_wait"])
     def wait(self, stream: Stream | None = None) -> None:
         stream = stream if stream is not None else current_stream()
         stream.wait_event(self)
 
-    @_node_call("cuda.Event.query", NODE_HOST_NS["event_query"])
+    @node_call("cuda.Event.query", NODE_HOST_NS["event_query"])
     def query(self) -> bool:
         return _sim().query_event(self._event)
 
-    @_node_call("cuda.Event.synchronize", NODE_HOST_NS["event_synchronize"])
+    @node_call("cuda.Event.synchronize", NODE_HOST_NS["event_synchronize"])
     def synchronize(self) -> None:
         _sim().synchronize_event(self._event)
 
@@ -217,14 +218,14 @@ class StreamContext:
         self.stream = stream
         self._prev: Stream | None = None
 
-    @_node_call("cuda.stream", NODE_HOST_NS["stream_context"])
+    @node_call("cuda.stream", NODE_HOST_NS["stream_context"])
     def __enter__(self) -> None:
         if self.stream is None:
             return
         self._prev = current_stream(self.stream.device_index)
         _sim().set_current_stream(self.stream)
 
-    @_node_call("cuda.stream.exit", 0.0)  # the context's whole cost is charged on entry
+    @node_call("cuda.stream.exit", 0.0)  # the context's whole cost is charged on entry
     def __exit__(self, *exc: Any) -> None:
         if self.stream is not None and self._prev is not None:
             _sim().set_current_stream(self._prev)
@@ -238,15 +239,15 @@ def _current_stream(device: Any = None) -> Stream:
     return _sim().current_stream(_device_index(device))
 
 
-current_stream = _node_call("cuda.current_stream", NODE_HOST_NS["current_stream"])(_current_stream)
+current_stream = node_call("cuda.current_stream", NODE_HOST_NS["current_stream"])(_current_stream)
 
 
-@_node_call("cuda.default_stream", NODE_HOST_NS["default_stream"])
+@node_call("cuda.default_stream", NODE_HOST_NS["default_stream"])
 def default_stream(device: Any = None) -> Stream:
     return _sim().default_stream(_device_index(device))
 
 
-@_node_call("cuda.set_stream", NODE_HOST_NS["set_stream"])
+@node_call("cuda.set_stream", NODE_HOST_NS["set_stream"])
 def set_stream(s: Stream) -> None:
     if s is not None:
         _sim().set_current_stream(s)
@@ -481,7 +482,7 @@ def install(sim: "Simulation") -> None:
             torch._C._accelerator_setDeviceIndex(index)
         return prev
 
-    @_node_call("cuda.synchronize", NODE_HOST_NS["synchronize"])
+    @node_call("cuda.synchronize", NODE_HOST_NS["synchronize"])
     def synchronize(device: Any = None) -> None:
         sim.synchronize_device()
 

@@ -128,14 +128,16 @@ def _patch_storage_resize(sim: "Simulation") -> None:
 
 def _patch_record_stream(sim: "Simulation") -> None:
     """`Tensor.record_stream(stream)` is a C++ binding that only accepts a C++ torch.Stream,
-    so a simulated torch.cuda.Stream fails with "unknown parameter type" (Megatron's MoE dispatcher records its device-to-host copies on a side stream; DeepSpeed's ZeRO
-    1/2 records every reduced bucket on its reduction stream). For a simulated stream the
+    so a simulated torch.cuda.Stream fails with "unknown parameter type" (Megatron's MoE
+    dispatcher records its device-to-host copies on a side stream; DeepSpeed's ZeRO 1/2
+    records every reduced bucket on its reduction stream). For a simulated stream the
     tensor's block is marked used on that stream in the allocator model (the C++
     allocator's rule: not reusable until that stream's work is done)."""
-    from phantom.interception.cuda_api import Stream
+    from phantom.interception.cuda_api import NODE_HOST_NS, Stream, node_call
 
     real_record_stream = torch.Tensor.record_stream
 
+    @node_call("Tensor.record_stream", NODE_HOST_NS["record_stream"])
     def record_stream(self, stream):
         if isinstance(stream, Stream):
             sim.record_stream(self, stream.stream_id)
