@@ -16,13 +16,12 @@ release path are timed the same way.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
 import torch
 
-from host_list_ops import _time
+from host_list_ops import _time, host_bench_cli
 
 
 def cases() -> dict[str, float]:
@@ -80,21 +79,14 @@ def compare(real_path: str, sim_path: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out")
-    ap.add_argument("--compare", nargs=2, metavar=("REAL", "SIM"))
-    args = ap.parse_args()
-    if args.compare:
-        print(compare(*args.compare))
-        return
-    torch.set_num_threads(1)
+def measure_all() -> dict[str, float]:
     results = cases()
     print({k: round(v, 2) for k, v in results.items()}, flush=True)
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(record, f, indent=1)
+    return results
+
+
+def main() -> None:
+    host_bench_cli(__doc__, measure_all, compare)
 
 
 if __name__ == "__main__":

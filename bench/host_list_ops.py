@@ -88,23 +88,34 @@ def compare(real_path: str, sim_path: str) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def host_bench_cli(doc: str, measure, compare_files) -> None:
+    """The command line of a host-time microbenchmark (this one, host_cuda_api.py): `--out F`
+    runs `measure()` on one intra-op thread and writes its results with the device and torch
+    version; `--compare REAL SIM` prints `compare_files(REAL, SIM)`."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out")
     ap.add_argument("--compare", nargs=2, metavar=("REAL", "SIM"))
     args = ap.parse_args()
     if args.compare:
-        print(compare(*args.compare))
+        print(compare_files(*args.compare))
         return
     torch.set_num_threads(1)
+    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": measure()}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(record, f, indent=1)
+
+
+def measure_all() -> dict:
     results = {}
     for n in SIZES:
         results[str(n)] = cases(n)
         print(n, {k: round(v, 1) for k, v in results[str(n)].items()}, flush=True)
-    record = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "results": results}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump(record, f, indent=1)
+    return results
+
+
+def main() -> None:
+    host_bench_cli(__doc__, measure_all, compare)
 
 
 if __name__ == "__main__":

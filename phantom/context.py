@@ -733,6 +733,16 @@ class Simulation:
                 "list_overhead_ns": list_overhead, "release_overhead_ns": release,
                 "api_overhead_ns": api_overhead}
 
+    def _charged_block(self, block: Callable[[], object]) -> tuple[float, object]:
+        """Run `block` as a gap of its own and return what its gaps were charged, with what it
+        returned (kept alive until the charge is taken). Under `measure_raw_gaps`."""
+        self._real_mark = self._clock()
+        u0 = self.user_host_ns
+        result = block()
+        self.begin_op("probe")  # closes the block's last gap
+        self.end_op()
+        return self.user_host_ns - u0, result
+
     def _measure_release_cost(self, pairs: int, n: int = 256) -> tuple[float, float]:
         """What a freed fake storage costs the gap it dies in, beyond freeing a CPU tensor: `n`
         small tensors made and dropped one by one against made and kept, on fake CUDA and on
@@ -740,20 +750,17 @@ class Simulation:
         at its best speed. Under `measure_raw_gaps` (no release overhead taken off yet)."""
         from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-        def fake_block(keep: bool) -> float:
+        def make(keep: bool) -> list:
             kept = []
-            self._real_mark = self._clock()
-            u0 = self.user_host_ns
             for _ in range(n):
                 x = torch.empty(8, device="cuda")
                 if keep:
                     kept.append(x)
                 del x
-            self.begin_op("release probe")  # closes the block's last gap
-            self.end_op()
-            charged = self.user_host_ns - u0
-            del kept  # freed outside the next block's gaps (its mark is reset)
-            return charged
+            return kept  # freed after the block, outside the next one's gaps (its mark is reset)
+
+        def fake_block(keep: bool) -> float:
+            return self._charged_block(lambda: make(keep))[0]
 
         def real_block(keep: bool) -> float:
             with unset_fake_temporarily():
@@ -814,14 +821,12 @@ class Simulation:
 
         query = torch.cuda.current_stream
 
-        def fake_block() -> float:
-            self._real_mark = self._clock()
-            u0 = self.user_host_ns
+        def queries() -> None:
             for _ in range(calls):
                 query()
-            self.begin_op("api probe")  # closes the block's last gap
-            self.end_op()
-            return self.user_host_ns - u0
+
+        def fake_block() -> float:
+            return self._charged_block(queries)[0]
 
         def real_block() -> float:
             t0 = self._clock()

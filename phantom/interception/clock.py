@@ -52,34 +52,33 @@ def install(sim: "Simulation") -> None:
     wall_origin_ns = REAL_TIME_NS()
     real_perf_counter = time.perf_counter
     real_time = time.time
-    on_main = simulated_thread
 
     def perf_counter_ns() -> int:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
-        if not on_main():
+        if not simulated_thread():
             return REAL_PERF_COUNTER_NS()
         return perf_origin_ns + int(sim.host_now_ns(CLOCK_READ_NS, now))
 
     def perf_counter() -> float:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
-        if not on_main():
+        if not simulated_thread():
             return real_perf_counter()
         return (perf_origin_ns + sim.host_now_ns(CLOCK_READ_NS, now)) / 1e9
 
     def time_ns() -> int:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
-        if not on_main():
+        if not simulated_thread():
             return REAL_TIME_NS()
         return wall_origin_ns + int(sim.host_now_ns(CLOCK_READ_NS, now))
 
     def time_() -> float:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
-        if not on_main():
+        if not simulated_thread():
             return real_time()
         return (wall_origin_ns + sim.host_now_ns(CLOCK_READ_NS, now)) / 1e9
 
     def sleep(seconds: float) -> None:
-        if not on_main():
+        if not simulated_thread():
             REAL_SLEEP(seconds)
             return
         if seconds < 0:

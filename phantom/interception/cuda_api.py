@@ -492,7 +492,7 @@ def install(sim: "Simulation") -> None:
         "_cuda_setDevice": set_device,
         "_cuda_exchangeDevice": exchange_device,
         "_cuda_maybeExchangeDevice": exchange_device,
-        "_cuda_synchronize": lambda: synchronize(),
+        "_cuda_synchronize": synchronize,
         "_cuda_getArchFlags": lambda: "sm_80 sm_90",
         "_cuda_isInBadFork": lambda: False,
         "_cuda_init": lambda: None,
