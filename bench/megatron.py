@@ -59,6 +59,9 @@ PUB_1GPU = ("--preset", "gpt-1.7b", "--seq-length", "4096", "--micro-batch-size"
 # command on the real machine and under phantom; each config runs the same command on both sides.
 COMMON = ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "2",
           "--global-batch-size", "8", "--train-iters", "6")
+MOE_COMMON = ("--num-layers", "4", "--seq-length", "4096", "--micro-batch-size", "1",
+              "--global-batch-size", "8", "--train-iters", "6", "--use-distributed-optimizer",
+              "--core-attention", "sdpa")
 REAL_CONFIGS = [
     Config("tp2-sp", COMMON + ("--tp", "2", "--sequence-parallel")),
     Config("dp2-distopt", COMMON + ("--use-distributed-optimizer", "--overlap-grad-reduce",
@@ -70,6 +73,16 @@ REAL_CONFIGS = [
     # published row, measurable on a one-GPU machine.
     Config("pub-1.7b-1gpu", PUB_1GPU, nproc=1),
     Config("pub-1.7b-1gpu-local", PUB_1GPU[:-2] + ("--core-attention", "local"), nproc=1),
+    # MoE on 2 GPUs (issue 8's Mixtral and Qwen3 presets cut to 4 layers): expert parallelism 2
+    # with the all-to-all dispatcher (dense layers data-parallel), and Mixtral with TP2 + SP
+    # (experts split by TP). Real routing is whatever the router picks (or random logits, `-balanced`:
+    # Megatron's benchmarking option); phantom's is uniform (README, Megatron-Core).
+    Config("moe-mixtral-ep2", ("--preset", "mixtral-8x7b", "--ep", "2") + MOE_COMMON),
+    Config("moe-mixtral-ep2-balanced", ("--preset", "mixtral-8x7b", "--ep", "2",
+                                        "--moe-router-force-load-balancing") + MOE_COMMON),
+    Config("moe-qwen3-ep2", ("--preset", "qwen3-30b-a3b", "--ep", "2") + MOE_COMMON),
+    Config("moe-mixtral-tp2-sp", ("--preset", "mixtral-8x7b", "--tp", "2",
+                                  "--sequence-parallel") + MOE_COMMON),
 ]
 
 

@@ -51,3 +51,8 @@ rec ds-llama2-7b-z3 --gpu H100 --nproc-per-node 8 --ranks auto -- examples/deeps
 one=(--preset gpt-1.7b --seq-length 4096 --micro-batch-size 1 --global-batch-size 4 --train-iters 2 --use-distributed-optimizer)
 rec megatron-pub-1.7b-1gpu --gpu H100 --nproc-per-node 1 -- $mg "${one[@]}" --core-attention sdpa
 rec megatron-pub-1.7b-1gpu-local --gpu H100 --nproc-per-node 1 -- $mg "${one[@]}" --core-attention local
+# bench/megatron.py's MoE configs (Mixtral and Qwen3 cut to 4 layers, seq 4096, EP2 or TP2 + SP).
+moe=(--num-layers 4 --seq-length 4096 --micro-batch-size 1 --global-batch-size 8 --train-iters 2 --use-distributed-optimizer --core-attention sdpa)
+rec megatron-moe-mixtral-ep2 --gpu H200 --nproc-per-node 2 -- $mg --preset mixtral-8x7b --ep 2 "${moe[@]}"
+rec megatron-moe-qwen3-ep2 --gpu H200 --nproc-per-node 2 -- $mg --preset qwen3-30b-a3b --ep 2 "${moe[@]}"
+rec megatron-moe-mixtral-tp2-sp --gpu H200 --nproc-per-node 2 -- $mg --preset mixtral-8x7b --tp 2 --sequence-parallel "${moe[@]}"

@@ -154,6 +154,8 @@ def parse_args() -> argparse.Namespace:
                    help="the local spec's DotProductAttention, or torch SDPA (flash)")
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall"],
                    default="alltoall")
+    p.add_argument("--moe-router-force-load-balancing", action="store_true",
+                   help="route on random logits (Megatron's benchmarking option): balanced experts")
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
     p.add_argument("--disable-gloo-process-groups", action="store_true",
                    help="create no gloo (CPU) groups; they serve only checkpointing here")
@@ -173,6 +175,7 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
         moe = dict(num_moe_experts=arch.num_experts, moe_router_topk=arch.moe_router_topk,
                    moe_ffn_hidden_size=arch.moe_ffn_hidden_size or arch.ffn_hidden_size,
                    moe_token_dispatcher_type=args.moe_token_dispatcher_type,
+                   moe_router_force_load_balancing=args.moe_router_force_load_balancing,
                    moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
                    expert_model_parallel_size=args.ep,
                    expert_tensor_parallel_size=args.etp or args.tp)
