@@ -77,12 +77,12 @@ REAL_CONFIGS = [
     # with the all-to-all dispatcher (dense layers data-parallel), and Mixtral with TP2 + SP
     # (experts split by TP). Real routing is whatever the router picks (or random logits, `-balanced`:
     # Megatron's benchmarking option); phantom's is uniform (README, Megatron-Core).
-    Config("moe-mixtral-ep2", ("--preset", "mixtral-8x7b", "--ep", "2") + MOE_COMMON),
-    Config("moe-mixtral-ep2-balanced", ("--preset", "mixtral-8x7b", "--ep", "2",
-                                        "--moe-router-force-load-balancing") + MOE_COMMON),
-    Config("moe-qwen3-ep2", ("--preset", "qwen3-30b-a3b", "--ep", "2") + MOE_COMMON),
-    Config("moe-mixtral-tp2-sp", ("--preset", "mixtral-8x7b", "--tp", "2",
-                                  "--sequence-parallel") + MOE_COMMON),
+    *(Config(name + suffix, args + extra + MOE_COMMON)
+      for name, args in (("moe-mixtral-ep2", ("--preset", "mixtral-8x7b", "--ep", "2")),
+                         ("moe-qwen3-ep2", ("--preset", "qwen3-30b-a3b", "--ep", "2")),
+                         ("moe-mixtral-tp2-sp", ("--preset", "mixtral-8x7b", "--tp", "2",
+                                                 "--sequence-parallel")))
+      for suffix, extra in (("", ()), ("-balanced", ("--moe-router-force-load-balancing",)))),
 ]
 
 

@@ -44,12 +44,19 @@ from megatron.core.timers import Timers
 from megatron.core.tokenizers import MegatronTokenizer
 from megatron.core.transformer.dot_product_attention import DotProductAttention
 from megatron.core.transformer.module import Float16Module
+from megatron.core.transformer.moe import moe_utils
 from megatron.core.transformer.torch_norm import WrappedTorchNorm
 from megatron.core.transformer.transformer_block import (
     TransformerBlockSubmodules,
     get_num_layers_to_build,
 )
 from megatron.core.transformer.transformer_config import TransformerConfig
+
+# Megatron-Core 0.16's MoE router (`RouterGatingLinearFunction`) tests `te_general_gemm is not
+# None`, but moe_utils binds that name only when Transformer Engine imports: without TE every
+# MoE forward raises NameError. Bind it to None, which selects the router's torch.mm path.
+if not hasattr(moe_utils, "te_general_gemm"):
+    moe_utils.te_general_gemm = None
 
 
 @dataclass
