@@ -329,6 +329,30 @@ def test_module_dtype_conversion_and_meta_init(run_script):
     assert v["dtype"] == "torch.float16 cuda:0"
 
 
+def test_module_conversion_keeps_parameter_attributes(run_script):
+    # On a GPU `.cuda()` / `.bfloat16()` assign `param.data` and keep what frameworks set on
+    # parameters (Megatron: `allreduce=False` on expert weights, `sequence_parallel`); torch
+    # swaps FakeTensor parameters instead, which dropped them.
+    proc, _ = run_script(
+        """
+        import torch, torch.nn as nn
+        cpu = nn.Linear(8, 8)
+        cpu.weight.allreduce = False
+        cpu.cuda()
+        gpu = nn.Linear(8, 8, device="cuda")
+        gpu.weight.sequence_parallel = True
+        gpu.bfloat16()
+        print("moved=", getattr(cpu.weight, "allreduce", "lost"), cpu.weight.device)
+        print("converted=", getattr(gpu.weight, "sequence_parallel", "lost"), gpu.weight.dtype)
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["moved"] == "False cuda:0"
+    assert v["converted"] == "True torch.bfloat16"
+
+
 def test_streams_and_events_order_work(run_script):
     proc, _ = run_script(
         """

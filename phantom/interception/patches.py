@@ -39,6 +39,36 @@ def _patch_swap_tensors() -> None:
     torch.utils.weakref = _WeakrefForSwap()  # the name swap_tensors looks up at call time
 
 
+def _patch_module_apply() -> None:
+    """`Module._apply` (behind `.to()`, `.cuda()`, `.bfloat16()`, `.half()`, `.float()`)
+    converts a FakeTensor parameter by swapping it with a new Parameter
+    (`torch.utils.swap_tensors`, torch's branch for fake tensors), which swaps the Python
+    attributes too: what a framework had set on the parameter was lost. On a GPU the same call
+    assigns `param.data` and the parameter keeps them. Megatron marks expert weights
+    `allreduce=False` (their gradients and distributed-optimizer state then belong to the
+    expert data-parallel group) and sequence-parallel norm weights `sequence_parallel=True`
+    before `Float16Module` converts the model; without them a Mixtral EP2 rank sharded its
+    experts' optimizer state over the dense data-parallel group (20 GiB under the real peak).
+    A CPU parameter moved to the fake device is replaced by a new Parameter object (on a GPU
+    it would keep its identity): the same. The attributes the parameter had and its
+    replacement lacks are put back."""
+    real_apply = torch.nn.Module._apply
+
+    @functools.wraps(real_apply)
+    def _apply(self, fn, *args, **kwargs):
+        kept = {key: p.__dict__.copy() for key, p in self._parameters.items()
+                if p is not None and p.__dict__}
+        out = real_apply(self, fn, *args, **kwargs)
+        for key, attrs in kept.items():
+            param = self._parameters.get(key)
+            if param is not None:
+                for name, value in attrs.items():
+                    param.__dict__.setdefault(name, value)
+        return out
+
+    torch.nn.Module._apply = _apply
+
+
 def _patch_compile() -> None:
     """torch.compile needs Triton and a real device to generate kernels; phantom simulates
     the eager program instead (compiled kernels are usually faster: README, Limitations)."""
@@ -297,6 +327,7 @@ def _quiet_fake_data_ptr_warning() -> None:
 def install(sim: "Simulation") -> None:
     _register_fused_cuda_kernels()
     _patch_swap_tensors()
+    _patch_module_apply()
     _patch_optimizer_defaults()
     _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
