@@ -107,7 +107,10 @@ def main() -> None:
     prof = profile(activities=activities,
                    schedule=schedule(wait=a.step - 1, warmup=1, active=a.active, repeat=1))
 
+    hooks = [0]
+
     def on_step(*_args) -> None:
+        hooks[0] += 1
         if a.sync:
             torch.cuda.synchronize()
         prof.step()
@@ -122,6 +125,8 @@ def main() -> None:
     prof.stop()
     if int(os.environ.get("RANK", "0")) == 0:
         summary = summarize(prof, a.active)
+        summary["optimizer_step_hooks"] = hooks[0]  # in the whole run (some frameworks step
+        # several torch optimizers an iteration: Megatron's dense and expert ones)
         with open(a.out, "w") as f:
             json.dump(summary, f, indent=1)
         print(json.dumps({k: v for k, v in summary.items() if k not in ("top_kernels", "nccl_kernel_ms")},
