@@ -1,8 +1,9 @@
 #!/bin/bash
 # Session 22, lent 2 x H200: kernel profiles (bench/profile_real.py) of two balanced MoE configs,
-# to set against phantom's per-op times. Megatron's distributed optimizer runs one torch Adam
-# for the dense and one for the expert parameters, so the optimizer-step hook fires twice an
-# iteration: --step 3 --active 2 records iterations 4-5 (per-"step" numbers are half iterations).
+# to set against phantom's per-op times. A first try with --step 7 --active 4 (two torch
+# optimizers an iteration assumed: Megatron's dense and expert ones) recorded nothing, so the
+# hook fires fewer times; --step 3 --active 2 records two hooks, and the JSON says how many the
+# run saw (optimizer_step_hooks) to turn per-hook numbers into per-iteration ones.
 # Usage on the device, carrying .whl: bash bench/device/h200x2_moe_profile.sh. Out: $OUT/call.tgz.
 CALL_BUDGET_S=300 source bench/device/call_lib.sh
 export CUDA_DEVICE_MAX_CONNECTIONS=1
