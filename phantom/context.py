@@ -22,6 +22,7 @@ from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
+from phantom.engine.fusion import FUSABLE_CLASSES, FusedKernel
 from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
                                  HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY,
                                  HostSpeedNormalizer, SteadyGaps, code_fingerprint,
@@ -188,6 +189,12 @@ class Simulation:
         # All host time of a rank of a multi-GPU run is charged at the pace of its host's
         # slowest rank (set_world; engine.host.straggler_pace); 1 on one GPU.
         self.rank_pace = 1.0
+        # Inside a torch.compile'd function (patches._patch_compile): its fusable ops are
+        # gathered into one kernel (engine/fusion.py) and launched when it returns.
+        self._fused_depth = 0
+        self._fused: FusedKernel | None = None
+        self.fused_kernels = 0  # kernels launched for fused runs of ops (report)
+        self.fused_ops = 0  # ops they stood for
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         # This machine (at its best observed speed) against the simulated host: given, or
@@ -452,8 +459,45 @@ class Simulation:
         if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:
             self._allocate_cublas_workspace(stream_id)
         if cost is not None:  # kernel-less ops (views, empty) cost only the measured dispatch
-            self._launch(func, cost, stream_id, args)
+            if self._fused_depth and cost.op_class in FUSABLE_CLASSES:
+                self._fuse(func, args, kwargs, out, cost, stream_id)
+            else:
+                self._end_fused_kernel(None)  # a GEMM or the like splits a compiled function
+                self._launch(func, cost, stream_id, args)
         data_reads.propagate_hint(func, args, out, kwargs)
+
+    # -- torch.compile'd functions ---------------------------------------------------------
+    def begin_fused_region(self) -> None:
+        """A torch.compile'd function starts (patches._patch_compile); regions nest, the
+        outermost one decides."""
+        self._fused_depth += 1
+
+    def end_fused_region(self, leaving: Any) -> None:
+        """It returned `leaving` (None if it raised): launch the kernel its fusable ops make."""
+        self._fused_depth -= 1
+        if self._fused_depth == 0:
+            self._end_fused_kernel(leaving)
+
+    def _fuse(self, func: Any, args: tuple, kwargs: dict, out: Any, cost: KernelCost,
+              stream_id: int) -> None:
+        if self._fused is not None and self._fused.stream_id != stream_id:
+            self._end_fused_kernel(None)
+        if self._fused is None:
+            self._fused = FusedKernel(stream_id)
+        self._fused.add(func.__name__, args, kwargs, out, cost)
+
+    def _end_fused_kernel(self, leaving: Any) -> None:
+        fused, self._fused = self._fused, None
+        if fused is None or not fused.ops:
+            return
+        if fused.single_cost is not None:  # one op: its own kernel (and database row)
+            self._launch(fused.ops[0], fused.single_cost, fused.stream_id)
+            return
+        nbytes = fused.nbytes(leaving)
+        name = "fused_" + "_".join(sorted(set(fused.ops)))[:120]
+        self._launch(name, self.cost_model.fused_pointwise(nbytes, fused.flops), fused.stream_id)
+        self.fused_kernels += 1
+        self.fused_ops += len(fused.ops)
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
         gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0
@@ -462,10 +506,11 @@ class Simulation:
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
                                           flops=cost.flops, nbytes=cost.bytes)
+        name = func if isinstance(func, str) else func.__name__
         if self.recorder is not None:
-            self.recorder.kernel(func, cost.op_class, cost.source, stream_id, start, end, h0,
+            self.recorder.kernel(name, cost.op_class, cost.source, stream_id, start, end, h0,
                                  self.timeline.host_ns, args)
-        stats = self.op_stats[func.__name__]
+        stats = self.op_stats[name]
         stats.calls += 1
         stats.gpu_ns += cost.gpu_ns
         self.class_gpu_ns[cost.op_class] += cost.gpu_ns
@@ -495,6 +540,7 @@ class Simulation:
         return True
 
     def on_data_read(self, t: torch.Tensor, blocking: bool, what: str) -> None:
+        self._end_fused_kernel(None)  # a read inside a compiled function waits for its kernel
         self.data_reads += 1
         if self.options.on_data_read == "error":
             data_reads.raise_data_read(what)

@@ -81,6 +81,10 @@ class DatabaseCostModel:
         self.specs: dict[str, dict] | None = {} if record else None
 
     # ---- CostModel -------------------------------------------------------------------
+    def fused_pointwise(self, nbytes: float, flops: float) -> KernelCost:
+        """A generated kernel has no database row: the fallback's memory curve."""
+        return self.fallback.fused_pointwise(nbytes, flops)
+
     def estimate(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: object) -> KernelCost | None:
         fb = self.fallback
         info = fb._info.get(func)

@@ -669,6 +669,12 @@ class RooflineCostModel:
             self._cache[key] = cost
         return cost
 
+    def fused_pointwise(self, nbytes: float, flops: float) -> KernelCost:
+        """One generated kernel that reads and writes `nbytes` in all (a torch.compile'd chain
+        of pointwise ops: engine/fusion.py), on the elementwise class's memory curve."""
+        curve = self.cal.mem_curve("elementwise")
+        return self._cost(mem_time_ns(curve, self.gpu, nbytes, flops=flops), "elementwise", flops, nbytes)
+
     def clear_cache(self) -> None:
         self._cache.clear()
         self.hits = self.misses = 0

@@ -69,23 +69,59 @@ def _patch_module_apply() -> None:
     torch.nn.Module._apply = _apply
 
 
-def _patch_compile() -> None:
-    """torch.compile needs Triton and a real device to generate kernels; phantom simulates
-    the eager program instead (compiled kernels are usually faster: README, Limitations)."""
+def _patch_compile(sim: "Simulation") -> None:
+    """torch.compile needs Triton and a real device to generate kernels; phantom runs the
+    eager program instead, with one exception. A compiled *function* called where autograd
+    records nothing (no_grad, or the forward/backward of a custom autograd.Function, which is
+    how Megatron's `jit_fuser` functions run) has its pointwise ops charged as the one fused
+    kernel Inductor would generate for them (engine/fusion.py). A compiled module, or a
+    function whose inputs require grad, runs eagerly: its backward would be a compiled graph
+    too, which is not modelled (README, Limitations). A fused call's host time is the node's
+    for a compiled call (cuda_api.NODE_HOST_NS), not the eager ops' here."""
+    from phantom.interception.cuda_api import NODE_HOST_NS, node_call
 
     warned = []
 
-    def compile(model: Any = None, **kwargs: Any) -> Any:
+    def eager_warning() -> None:
         if not warned:  # once per run, however many call sites compile
             warned.append(True)
             warnings.warn(
                 "phantom: torch.compile is not simulated; running the model eagerly "
                 "(simulated times are those of eager kernels).",
-                stacklevel=2,
+                stacklevel=3,
             )
+
+    def fused(fn: Any) -> Any:
+        @node_call("torch.compile", NODE_HOST_NS["compiled_call"])
+        def region(*args: Any, **kwargs: Any) -> Any:
+            # one call on the node: no Python runs between its kernels there, so the eager
+            # ops' gaps here are phantom's (node_call), and its cost is the node's
+            sim.begin_fused_region()
+            out = None
+            try:
+                out = fn(*args, **kwargs)
+                return out
+            finally:
+                sim.end_fused_region(out)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if torch.is_grad_enabled() and any(
+                    isinstance(a, torch.Tensor) and a.requires_grad
+                    for a in (*args, *kwargs.values())):
+                eager_warning()
+                return fn(*args, **kwargs)
+            return region(*args, **kwargs)
+
+        return run
+
+    def compile(model: Any = None, **kwargs: Any) -> Any:
         if model is None:
-            return lambda fn: fn
-        return model
+            return compile  # used as @torch.compile(mode=...): the decorator
+        if isinstance(model, torch.nn.Module) or not callable(model):
+            eager_warning()
+            return model
+        return fused(model)
 
     torch.compile = compile
 
@@ -335,7 +371,7 @@ def install(sim: "Simulation") -> None:
     _patch_tolist()
     _patch_fake_gpu_context()
     _patch_fake_cache_storage_args()
-    _patch_compile()
+    _patch_compile(sim)
     _patch_optimizer_steps(sim)
     _quiet_fake_data_ptr_warning()
     _patch_profiler_cuda_activity()
