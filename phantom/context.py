@@ -193,8 +193,6 @@ class Simulation:
         # gathered into one kernel (engine/fusion.py) and launched when it returns.
         self._fused_depth = 0
         self._fused: FusedKernel | None = None
-        self.fused_kernels = 0  # kernels launched for fused runs of ops (report)
-        self.fused_ops = 0  # ops they stood for
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         # This machine (at its best observed speed) against the simulated host: given, or
@@ -462,7 +460,8 @@ class Simulation:
             if self._fused_depth and cost.op_class in FUSABLE_CLASSES:
                 self._fuse(func, args, kwargs, out, cost, stream_id)
             else:
-                self._end_fused_kernel(None)  # a GEMM or the like splits a compiled function
+                if self._fused is not None:  # a GEMM or the like splits a compiled function
+                    self._end_fused_kernel(None)
                 self._launch(func, cost, stream_id, args)
         data_reads.propagate_hint(func, args, out, kwargs)
 
@@ -496,8 +495,6 @@ class Simulation:
         nbytes = fused.nbytes(leaving)
         name = "fused_" + "_".join(sorted(set(fused.ops)))[:120]
         self._launch(name, self.cost_model.fused_pointwise(nbytes, fused.flops), fused.stream_id)
-        self.fused_kernels += 1
-        self.fused_ops += len(fused.ops)
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
         gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0

@@ -13,23 +13,17 @@ pointwise chain around them.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 # Op classes Inductor generates code for and fuses with their neighbours.
 FUSABLE_CLASSES = frozenset({"elementwise", "copy", "reduction", "norm", "softmax", "random"})
 
 
-def _tensors(x: Any) -> Iterator[torch.Tensor]:
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, (list, tuple)):
-        for item in x:
-            yield from _tensors(item)
-    elif isinstance(x, dict):
-        for item in x.values():
-            yield from _tensors(item)
+def _tensors(x: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
 
 
 def _nbytes(t: torch.Tensor) -> int:
