@@ -46,11 +46,12 @@ class Config:
     seq_len: int
     batch_size: int
     ac: bool = False
+    compile: bool = False
 
     def args(self, steps: int, warmup: int) -> list[str]:
         a = ["--preset", self.preset, "--seq-len", str(self.seq_len), "--batch-size", str(self.batch_size),
              "--steps", str(steps), "--warmup", str(warmup)]
-        return a + ["--ac"] if self.ac else a
+        return a + ["--ac"] * self.ac + ["--compile"] * self.compile
 
     def params(self) -> int:
         L, C = PRESETS[self.preset]["n_layer"], PRESETS[self.preset]["n_embd"]
@@ -97,6 +98,15 @@ CONFIGS = [
     Config("1b-s8k-ac", "1b", 8192, 2, ac=True),
     Config("3b-s2k-ac", "3b", 2048, 4, ac=True),
     Config("3b-s4k-ac", "3b", 4096, 2, ac=True),
+]
+# The same script under torch.compile (the whole model, as nanoGPT does): Inductor's fusion and
+# its forward/backward partition, which phantom takes from Dynamo and AOTAutograd
+# (phantom/interception/compiled.py). Not in the default set: each costs a compile on the GPU.
+COMPILE_CONFIGS = [
+    Config("124m-s2k-compile", "gpt2-124m", 2048, 16, compile=True),
+    Config("350m-s4k-compile", "gpt2-350m", 4096, 4, compile=True),
+    Config("350m-s4k-ac-compile", "gpt2-350m", 4096, 8, ac=True, compile=True),
+    Config("1b-s2k-compile", "1b", 2048, 8, compile=True),
 ]
 
 SUMMARY_RE = re.compile(r"^summary: (.*)$", re.MULTILINE)
@@ -153,7 +163,7 @@ def brief(r: dict) -> str:
 def select(names: str | None) -> list[Config]:
     if not names:
         return CONFIGS
-    by_name = {c.name: c for c in CONFIGS}
+    by_name = {c.name: c for c in CONFIGS + COMPILE_CONFIGS}
     unknown = [n for n in names.split(",") if n not in by_name]
     if unknown:
         sys.exit(f"unknown config(s) {unknown}; known: {', '.join(by_name)}")
@@ -208,7 +218,7 @@ def cmd_real(args: argparse.Namespace) -> None:
     print(f"\n{env['device']}  (results in {args.out})")
     print(f"{'config':<14} {'params':>8} {'ms/iter':>9} {'alloc GiB':>10} {'resv GiB':>9}  est GiB")
     for name, r in results.items():
-        c = next(c for c in CONFIGS if c.name == name)
+        c = next(c for c in CONFIGS + COMPILE_CONFIGS if c.name == name)
         if r.get("error"):
             print(f"{name:<14} {r['params'] / 1e6:>7.0f}M  FAILED: {r['error']}")
         else:

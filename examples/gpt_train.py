@@ -6,6 +6,7 @@ ln(vocab_size); the point is the throughput and the memory of a realistic step.
 
     python examples/gpt_train.py --preset gpt2-124m --seq-len 2048 --batch-size 8
     python examples/gpt_train.py --preset 1b --seq-len 4096 --batch-size 4 --ac
+    python examples/gpt_train.py --preset gpt2-350m --seq-len 2048 --batch-size 8 --compile
 """
 import argparse
 import math
@@ -144,6 +145,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10, help="training iterations in total")
     parser.add_argument("--warmup", type=int, default=3, help="first iterations left out of the averages")
     parser.add_argument("--ac", action="store_true", help="activation checkpointing per block")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model (as nanoGPT does)")
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=1337)
     args = parser.parse_args()
@@ -169,6 +171,7 @@ def main() -> None:
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
     optimizer = torch.optim.AdamW(groups, lr=args.lr, betas=(0.9, 0.95), fused=True)
+    train_model = torch.compile(model) if args.compile else model
 
     device_name = torch.cuda.get_device_name()
     n_params = model.num_params()
@@ -178,7 +181,7 @@ def main() -> None:
     peak = peak_flops(device_name)
     print(f"device: {device_name} | torch {torch.__version__} | params {n_params / 1e6:.2f}M | "
           f"layers {cfg.n_layer} embd {cfg.n_embd} heads {cfg.n_head} vocab {cfg.vocab_size} | "
-          f"batch {args.batch_size} x seq {args.seq_len} | ac {args.ac}")
+          f"batch {args.batch_size} x seq {args.seq_len} | ac {args.ac} | compile {args.compile}")
 
     model.train()
     times_ms = []
@@ -187,7 +190,7 @@ def main() -> None:
     for it in range(args.steps):
         x, y = get_batch(args.batch_size, args.seq_len, cfg.vocab_size)
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = model(x, y)
+            loss = train_model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()

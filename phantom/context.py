@@ -192,6 +192,10 @@ class Simulation:
         # Inside a torch.compile'd function (patches._patch_compile): its fusable ops are
         # gathered into one kernel (engine/fusion.py) and launched when it returns.
         self._fused_depth = 0
+        # The op running now is inside a generated kernel and its outputs never leave it
+        # (interception/compiled.py): they live in registers, not in device memory.
+        self.in_registers = False
+        self._generated_code = False
         self._fused: FusedKernel | None = None
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
@@ -448,6 +452,8 @@ class Simulation:
         if self.recorder is not None:
             self.recorder.op = func.__name__
         self._track_outputs(out, stream_id)
+        if self._generated_code:
+            return  # timed as part of a generated kernel (launch_generated_kernel)
         if func in _H2D_OPS and self._is_host_to_device(func, args, kwargs, stream_id):
             data_reads.propagate_hint(func, args, out)  # a small CPU value keeps its value
             src = args[0] if func is torch.ops.aten._to_copy.default else args[1]
@@ -464,6 +470,20 @@ class Simulation:
                     self._end_fused_kernel(None)
                 self._launch(func, cost, stream_id, args)
         data_reads.propagate_hint(func, args, out, kwargs)
+
+    # -- torch.compile'd graphs (interception/compiled.py) -----------------------------------
+    def begin_generated_code(self) -> None:
+        """The ops that follow compute what Inductor-generated kernels compute: they make their
+        outputs (and allocate the stored ones) but launch nothing; `launch_generated_kernel`
+        charges the kernels."""
+        self._generated_code = True
+
+    def end_generated_code(self) -> None:
+        self._generated_code = False
+
+    def launch_generated_kernel(self, name: str, nbytes: float) -> None:
+        """One generated kernel moving `nbytes`, on the elementwise memory curve."""
+        self._launch(name, self.cost_model.fused_pointwise(nbytes, 0.0), self._current_stream_id())
 
     # -- torch.compile'd functions ---------------------------------------------------------
     def begin_fused_region(self) -> None:
@@ -560,6 +580,8 @@ class Simulation:
 
     # -- memory ---------------------------------------------------------------------------
     def _track_outputs(self, out: Any, stream_id: int) -> None:
+        if self.in_registers:
+            return
         if isinstance(out, torch.Tensor):
             self._track(out, stream_id)
         elif isinstance(out, (tuple, list)):

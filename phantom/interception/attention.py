@@ -15,6 +15,7 @@ autograd formula and fake implementation:
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -25,10 +26,19 @@ aten = torch.ops.aten
 _original_sdpa = F.scaled_dot_product_attention
 
 
+@torch._dynamo.assume_constant_result
+def _enabled_backends() -> tuple[bool, bool, bool]:
+    """Which fused backends the script allows (`torch.backends.cuda.enable_*_sdp`,
+    `sdpa_kernel`): flash, cuDNN, memory-efficient. Under torch.compile they are read while
+    tracing, as Inductor's SDPA lowering does, instead of breaking the graph."""
+    cuda = torch.backends.cuda
+    return cuda.flash_sdp_enabled(), cuda.cudnn_sdp_enabled(), cuda.mem_efficient_sdp_enabled()
+
+
 def _flash_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, enable_gqa: bool) -> bool:
     head_dim = q.size(-1)
     return (
-        torch.backends.cuda.flash_sdp_enabled()
+        _enabled_backends()[0]
         and attn_mask is None
         and q.dtype in (torch.float16, torch.bfloat16)
         and head_dim <= 256
@@ -39,11 +49,10 @@ def _flash_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, enable_gqa: bool
 
 
 def _cudnn_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, dropout_p: float,
-              enable_gqa: bool) -> bool:
-    major = torch.cuda.get_device_capability()[0]
+              enable_gqa: bool, major: int) -> bool:
     return (
         major == 9
-        and torch.backends.cuda.cudnn_sdp_enabled()
+        and _enabled_backends()[1]
         and attn_mask is None
         and dropout_p == 0.0
         and q.dtype in (torch.float16, torch.bfloat16)
@@ -57,7 +66,7 @@ def _cudnn_ok(q: torch.Tensor, k: torch.Tensor, attn_mask: Any, dropout_p: float
 
 def _efficient_ok(q: torch.Tensor, k: torch.Tensor, enable_gqa: bool) -> bool:
     return (
-        torch.backends.cuda.mem_efficient_sdp_enabled()
+        _enabled_backends()[2]
         and q.dim() == 4
         and q.size(-1) % 8 == 0
         and q.dtype in (torch.float16, torch.bfloat16, torch.float32)
@@ -66,8 +75,11 @@ def _efficient_ok(q: torch.Tensor, k: torch.Tensor, enable_gqa: bool) -> bool:
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
-    if not isinstance(query, FakeTensor) or query.device.type != "cuda":
+                                 is_causal=False, scale=None, enable_gqa=False, *, sm_major: int = 9):
+    # Under torch.compile, Dynamo traces this function with its own fake tensors
+    # (interception/compiled.py): the choice is the same, and goes into the graph.
+    simulated = isinstance(query, FakeTensor) or torch.compiler.is_compiling()
+    if not simulated or query.device.type != "cuda":
         return _original_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
     if torch.is_autocast_enabled("cuda"):
@@ -77,7 +89,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         query, key, value = (t.to(dtype) for t in (query, key, value))
         if attn_mask is not None and attn_mask.is_floating_point():
             attn_mask = attn_mask.to(dtype)
-    if _cudnn_ok(query, key, attn_mask, dropout_p, enable_gqa):
+    if _cudnn_ok(query, key, attn_mask, dropout_p, enable_gqa, sm_major):
         compute_lse = query.requires_grad or key.requires_grad or value.requires_grad
         out = aten._scaled_dot_product_cudnn_attention(
             query, key, value, None, compute_lse, dropout_p, is_causal, False, scale=scale)
@@ -105,5 +117,14 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 def install() -> None:
-    F.scaled_dot_product_attention = scaled_dot_product_attention
-    torch.nn.functional.scaled_dot_product_attention = scaled_dot_product_attention
+    # the simulated GPU's architecture, read once: Dynamo cannot trace phantom's torch.cuda
+    major = torch.cuda.get_device_capability()[0]
+
+    @functools.wraps(_original_sdpa)  # torch.overrides and Dynamo read F's functions' names
+    def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+        return scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal,
+                                            scale, enable_gqa, sm_major=major)
+
+    F.scaled_dot_product_attention = sdpa
+    torch.nn.functional.scaled_dot_product_attention = sdpa

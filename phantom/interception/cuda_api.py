@@ -60,6 +60,9 @@ NODE_HOST_NS = {
     # (bench/host_compiled_call.py, data/session22/device_compiled_call), less that kernel's
     # launch, which is charged with it (HOST_KERNEL_LAUNCH_NS).
     "compiled_call": 21_000.0,
+    # The backward of a compiled graph (AOTAutograd's CompiledFunction.backward and Inductor's
+    # wrapper), less its kernels' launches: PROVISIONAL, to be measured.
+    "compiled_backward": 15_000.0,
 }
 
 
@@ -487,6 +490,11 @@ def install(sim: "Simulation") -> None:
             torch._C._accelerator_setDeviceIndex(index)
         return prev
 
+    def maybe_exchange_device(index: int) -> int:
+        # its own function object: Dynamo registers a handler per torch.cuda function and
+        # refuses a second one for the same object
+        return exchange_device(index)
+
     @node_call("cuda.synchronize", NODE_HOST_NS["synchronize"])
     def synchronize(device: Any = None) -> None:
         sim.synchronize_device()
@@ -496,7 +504,7 @@ def install(sim: "Simulation") -> None:
         "_cuda_getDevice": lambda: torch.accelerator.current_device_index(),
         "_cuda_setDevice": set_device,
         "_cuda_exchangeDevice": exchange_device,
-        "_cuda_maybeExchangeDevice": exchange_device,
+        "_cuda_maybeExchangeDevice": maybe_exchange_device,
         "_cuda_synchronize": synchronize,
         "_cuda_getArchFlags": lambda: "sm_80 sm_90",
         "_cuda_isInBadFork": lambda: False,
@@ -524,7 +532,7 @@ def install(sim: "Simulation") -> None:
         "current_device": lambda: torch.accelerator.current_device_index(),
         "set_device": set_device,
         "_exchange_device": exchange_device,
-        "_maybe_exchange_device": exchange_device,
+        "_maybe_exchange_device": maybe_exchange_device,
         "get_device_properties": _properties,
         "get_device_name": lambda device=None: sim.gpu.device_name,
         "get_device_capability": lambda device=None: sim.gpu.compute_capability,

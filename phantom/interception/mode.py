@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from torch._C._dynamo.eval_frame import set_eval_frame as _set_eval_frame
 from torch._subclasses.fake_tensor import (
     DynamicOutputShapeException,
     FakeTensor,
@@ -116,9 +117,8 @@ class PhantomMode(FakeTensorMode):
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
         # TorchDispatchMode.__init_subclass__ otherwise wraps __torch_dispatch__ in
-        # torch._disable_dynamo, which swaps dynamo's frame callback twice on every op
-        # (several µs per dispatch). Dynamo never runs under phantom (torch.compile is the
-        # identity: patches._patch_compile), so there is nothing to disable.
+        # torch._disable_dynamo (several µs per dispatch); __torch_dispatch__ below clears
+        # Dynamo's frame hook itself, for ~0.1 µs.
         return False
 
     def __init__(self, sim: "Simulation") -> None:
@@ -139,6 +139,16 @@ class PhantomMode(FakeTensorMode):
         return True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: D105
+        # A frame Dynamo gave up on (a graph break under torch.compile) runs eagerly with
+        # Dynamo's frame hook still set: the simulation's own frames must not be offered to it
+        # as user code to compile (interception/compiled.py).
+        hook = _set_eval_frame(None)
+        try:
+            return self._dispatch_op(func, types, args, kwargs)
+        finally:
+            _set_eval_frame(hook)
+
+    def _dispatch_op(self, func, types, args, kwargs):
         kwargs = kwargs or {}
         sim = self.sim
         if self._depth:

@@ -70,26 +70,21 @@ def _patch_module_apply() -> None:
 
 
 def _patch_compile(sim: "Simulation") -> None:
-    """torch.compile needs Triton and a real device to generate kernels; phantom runs the
-    eager program instead, with one exception. A compiled *function* called where autograd
-    records nothing (no_grad, or the forward/backward of a custom autograd.Function, which is
-    how Megatron's `jit_fuser` functions run) has its pointwise ops charged as the one fused
-    kernel Inductor would generate for them (engine/fusion.py). A compiled module, or a
-    function whose inputs require grad, runs eagerly: its backward would be a compiled graph
-    too, which is not modelled (README, Limitations). A fused call's host time is the node's
-    for a compiled call (cuda_api.NODE_HOST_NS), not the eager ops' here."""
+    """torch.compile needs Triton and a real device to generate kernels. phantom keeps the
+    rest of it (interception/compiled.py): Dynamo and AOTAutograd trace the program as on a
+    GPU, and phantom's backend runs the graphs with Inductor's kernel boundaries. A compiled
+    *function* called where autograd records nothing (no_grad, or the forward/backward of a
+    custom autograd.Function, which is how Megatron's `jit_fuser` functions run) is cheaper to
+    take whole: its pointwise ops are charged as the one fused kernel Inductor makes of them
+    (engine/fusion.py), without tracing. Host time is the node's for a compiled call
+    (cuda_api.NODE_HOST_NS) plus a launch per kernel, not what tracing and running the graphs
+    cost here. If Dynamo cannot trace a program here (one warning), it runs eagerly."""
+    from phantom.interception.compiled import hide_internals_from_dynamo, phantom_backend
     from phantom.interception.cuda_api import NODE_HOST_NS, node_call
 
-    warned = []
-
-    def eager_warning() -> None:
-        if not warned:  # once per run, however many call sites compile
-            warned.append(True)
-            warnings.warn(
-                "phantom: torch.compile is not simulated; running the model eagerly "
-                "(simulated times are those of eager kernels).",
-                stacklevel=3,
-            )
+    hide_internals_from_dynamo()
+    real_compile = torch.compile
+    backend = phantom_backend(sim, NODE_HOST_NS["compiled_backward"])
 
     def fused(fn: Any) -> Any:
         @node_call("torch.compile", NODE_HOST_NS["compiled_call"])
@@ -104,24 +99,62 @@ def _patch_compile(sim: "Simulation") -> None:
             finally:
                 sim.end_fused_region(out)
 
+        return region
+
+    def traced(dynamo_call: Any, eager_call: Any, name: str) -> Any:
+        """A Dynamo entry point with phantom's backend, timed as the node's compiled call;
+        `eager_call` from the first time phantom's backend fails on it."""
+        timed = node_call("torch.compile", NODE_HOST_NS["compiled_call"])(dynamo_call)
+        state = {"eager": False}
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if state["eager"]:
+                return eager_call(*args, **kwargs)
+            try:
+                return timed(*args, **kwargs)
+            except torch._dynamo.exc.BackendCompilerFailed as e:
+                # the backend failed (an op the runner cannot take), not the user's program:
+                # it still runs, eagerly, rather than ending the simulation
+                state["eager"] = True
+                warnings.warn(f"phantom: torch.compile could not be simulated for {name} "
+                              f"({e.inner_exception!r}); running it eagerly.", stacklevel=2)
+                return eager_call(*args, **kwargs)
+
+        return call
+
+    def compile_function(fn: Any, options: dict) -> Any:
+        name = getattr(fn, "__qualname__", repr(fn))
+        graph_call = traced(real_compile(fn, backend=backend, **options), fn, name)
+        fused_call = fused(fn)
+
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             if torch.is_grad_enabled() and any(
                     isinstance(a, torch.Tensor) and a.requires_grad
                     for a in (*args, *kwargs.values())):
-                eager_warning()
-                return fn(*args, **kwargs)
-            return region(*args, **kwargs)
+                return graph_call(*args, **kwargs)
+            return fused_call(*args, **kwargs)
 
         return run
 
+    def compile_module(module: torch.nn.Module, options: dict) -> torch.nn.Module:
+        compiled = real_compile(module, backend=backend, **options)
+        # OptimizedModule's forward is Dynamo's entry; the module's hooks run outside it, as on
+        # a GPU. Falling back, the original module runs in its place.
+        attr = "_forward" if hasattr(compiled, "_forward") else "forward"
+        setattr(compiled, attr, traced(getattr(compiled, attr), module, type(module).__name__))
+        return compiled
+
     def compile(model: Any = None, **kwargs: Any) -> Any:
         if model is None:
-            return compile  # used as @torch.compile(mode=...): the decorator
-        if isinstance(model, torch.nn.Module) or not callable(model):
-            eager_warning()
+            return functools.partial(compile, **kwargs)  # @torch.compile(mode=...): the decorator
+        # Inductor's settings (mode, options, backend) have no meaning without Inductor
+        options = {k: v for k, v in kwargs.items() if k in ("fullgraph", "dynamic", "disable")}
+        if isinstance(model, torch.nn.Module):
+            return compile_module(model, options)
+        if not callable(model):
             return model
-        return fused(model)
+        return compile_function(model, options)
 
     torch.compile = compile
 

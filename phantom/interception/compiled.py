@@ -1,0 +1,335 @@
+"""torch.compile'd training under phantom: Dynamo and AOTAutograd trace, a phantom backend runs.
+
+On a GPU, `torch.compile(model)` is Dynamo (Python bytecode to FX graphs, guards, graph
+breaks), AOTAutograd (the joint forward/backward graph, split by the min-cut partitioner into a
+forward graph that saves few tensors and a backward graph that recomputes cheap pointwise ops)
+and Inductor (Triton kernels for the pointwise ops, reductions and norms; cuBLAS, FlashAttention
+and NCCL for the rest). The first two are plain Python and run here unchanged on fake tensors:
+phantom gets the same graphs, the same partition and the same decompositions Inductor asks for.
+Only Inductor's code generation needs Triton and a device. `GraphRunner` stands in for it: it
+runs a graph's ops one by one on the simulation and groups each run of ops Inductor would
+generate code for into one fused kernel (engine/fusion.py), charged by the bytes that enter and
+leave the group; GEMMs, attention and collectives stay their own kernels and split the groups,
+as Inductor's extern calls do.
+
+Host time: the node runs Dynamo's guards, AOTAutograd's wrappers and Inductor's generated
+launcher, not this machine's interpreter of the graph, so a compiled call is charged the node's
+measured cost of a compiled call plus a launch per kernel (cuda_api.node_call), and what it
+costs here, tracing on the first call included, is phantom's.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import operator
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+import torch.fx
+from torch.utils._pytree import tree_leaves
+
+from phantom.cost.roofline import GATHER_OPS, classify
+from phantom.engine.fusion import FUSABLE_CLASSES
+
+if TYPE_CHECKING:
+    from phantom.context import Simulation
+
+# How a graph node takes part in kernel grouping.
+NEUTRAL, FUSED, EXTERN = "neutral", "fused", "extern"
+# Ops whose results Inductor stores even when only generated kernels read them: a reduction's
+# result cannot be recomputed in its consumer, and random numbers must be the same everywhere.
+STORED_CLASSES = frozenset({"reduction", "norm", "softmax", "random"})
+# Inductor's limits for inlining a pointwise value into its consumers (torch/_inductor/config.py:
+# realize_reads_threshold, realize_acc_reads_threshold, realize_opcount_threshold): past them
+# the value is stored once and read back.
+REALIZE_READS, REALIZE_ACC_READS, REALIZE_OPCOUNT = 4, 8, 30
+
+
+def _rng_hops() -> tuple[Any, Any]:
+    from torch._prims.rng_prims import run_and_save_rng_state, run_with_rng_state
+
+    return run_and_save_rng_state, run_with_rng_state
+
+
+def node_role(node: torch.fx.Node) -> str:
+    """FUSED: an op Inductor generates code for (pointwise, reductions, norms, copies, random);
+    EXTERN: one it calls a library for, or an op it cannot fuse (GEMMs, attention, convolutions,
+    collectives, scans, anything unknown); NEUTRAL: no kernel (views, tuple indexing)."""
+    if node.op != "call_function":
+        return NEUTRAL
+    target = node.target
+    if target is operator.getitem:
+        return NEUTRAL
+    if not isinstance(target, torch._ops.OpOverload):
+        return EXTERN  # higher-order ops, Python functions: not fused across
+    op_class = classify(target).op_class
+    if op_class is None:
+        return NEUTRAL
+    return FUSED if op_class in FUSABLE_CLASSES else EXTERN
+
+
+def _op_name(node: torch.fx.Node) -> str:
+    target = node.target
+    return target._schema.name.split("::")[-1] if isinstance(target, torch._ops.OpOverload) else ""
+
+
+def _nbytes(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
+
+
+def _numel(value: Any) -> int:
+    return max((t.numel() for t in tree_leaves(value) if isinstance(t, torch.Tensor)), default=0)
+
+
+@dataclasses.dataclass
+class GeneratedKernel:
+    """One kernel Inductor would generate: the values it stores, and the stored values (graph
+    inputs, library outputs, other kernels' stores) it loads to compute them."""
+    writes: list[torch.fx.Node]
+    reads: set[torch.fx.Node]
+    ops: list[str]
+
+
+class GraphRunner:
+    """Runs one AOTAutograd graph (forward, backward or inference) on the simulation, with
+    Inductor's kernels in place of the graph's pointwise ops.
+
+    The graph's nodes between two library calls form a group; a group's values that a library
+    call or the graph's caller needs are stored, and so are reductions and random values other
+    groups need. Everything else stays in registers: a later group that needs it recomputes it
+    from what is stored, as Inductor inlines pointwise code into each consumer. Each group
+    launches one kernel per iteration space among its stores (a weight cast and an activation
+    cast are two kernels), which loads each stored input once and writes its stores. Values
+    are dropped after their last use, as Inductor's wrapper does."""
+
+    def __init__(self, gm: torch.fx.GraphModule, sim: "Simulation") -> None:
+        self.gm = gm
+        self.sim = sim
+        self.nodes = list(gm.graph.nodes)
+        self.roles = {n: node_role(n) for n in self.nodes}
+        position = {n: i for i, n in enumerate(self.nodes)}
+        last_use: dict[torch.fx.Node, int] = {}
+        for n in self.nodes:
+            for inp in n.all_input_nodes:
+                last_use[inp] = position[n]
+        self.drop_after: dict[int, list[torch.fx.Node]] = {}
+        for n, i in last_use.items():
+            self.drop_after.setdefault(i, []).append(n)
+        self.group_of = self._groups()
+        self.stored, self.reads = self._plan()
+        self.in_registers = {n for n in self.group_of if n not in self.stored}
+        self.group_writes = self._group_writes()
+        self.rng_hops = _rng_hops()
+
+    def _groups(self) -> dict[torch.fx.Node, int]:
+        """Group number of each node run between two library calls (EXTERN nodes)."""
+        group_of: dict[torch.fx.Node, int] = {}
+        group, is_open = 0, False
+        for n in self.nodes:
+            role = self.roles[n]
+            if role == EXTERN or n.op != "call_function":
+                is_open = False
+            elif role == FUSED and not is_open:
+                group, is_open = group + 1, True
+            if is_open and role != EXTERN:
+                group_of[n] = group
+        return group_of
+
+    def _plan(self) -> tuple[set[torch.fx.Node], dict[torch.fx.Node, frozenset]]:
+        """Which group values are stored, and the values in memory each group node is computed
+        from, by Inductor's rules (torch/_inductor/graph.py, ir.py: a pointwise value is inlined
+        into every consumer unless it must be stored, or inlining it would read too much)."""
+        must = self._must_store()
+        stored: set[torch.fx.Node] = set()
+        reads: dict[torch.fx.Node, frozenset] = {}
+        ops: dict[torch.fx.Node, int] = {}
+        for n in self.nodes:
+            if n not in self.group_of:
+                continue
+            needs: set[torch.fx.Node] = set()
+            size = 1 if self.roles[n] == FUSED else 0
+            copy_into = n.target is torch.ops.aten.copy_.default
+            gathers = _op_name(n) in GATHER_OPS | {"embedding"}
+            for i in ([n.args[1]] if copy_into else n.all_input_nodes):  # copy_ overwrites args[0]
+                if gathers and i is n.args[0]:
+                    needs.add(n)  # an indexed load reads what it gathers (its own size), not the source
+                elif i in self.group_of and i not in stored:
+                    needs |= reads[i]  # inlined: computed again in registers here
+                    size += ops[i]
+                else:
+                    needs.add(i)
+            reads[n], ops[n] = frozenset(needs), size
+            op_class = classify(n.target).op_class if isinstance(n.target, torch._ops.OpOverload) else None
+            users = len(n.users)
+            if (n in must or op_class in STORED_CLASSES
+                    or len(needs) > REALIZE_ACC_READS
+                    or (users > 1 and (len(needs) > REALIZE_READS or size > REALIZE_OPCOUNT))):
+                stored.add(n)
+        return stored, reads
+
+    def _must_store(self) -> set[torch.fx.Node]:
+        """Group values a library call, the graph's caller or an in-place update needs in
+        memory; a view that must be stored makes its base stored too."""
+        must: set[torch.fx.Node] = set()
+        for n in reversed(self.nodes):
+            if n not in self.group_of:
+                continue
+            if n.target is torch.ops.aten.copy_.default or any(
+                    u.op == "output" or self.roles[u] == EXTERN
+                    or (u in must and self.roles[u] == NEUTRAL) for u in n.users):
+                must.add(n)
+        return must
+
+    def _group_writes(self) -> dict[int, list[torch.fx.Node]]:
+        """The stored values of each group that a kernel computes (stored views of values
+        computed elsewhere are no work)."""
+        writes: dict[int, list[torch.fx.Node]] = {}
+        for n in self.nodes:
+            if n in self.stored and self.roles[n] == FUSED:
+                writes.setdefault(self.group_of[n], []).append(n)
+        return writes
+
+    def __call__(self, args: list) -> Any:
+        env: dict[torch.fx.Node, Any] = {}
+        sizes: dict[torch.fx.Node, tuple[int, int]] = {}  # bytes and elements of each value
+        inputs = list(reversed(args))  # popped one by one: each input is the graph's alone
+        args.clear()  # boxed calling convention: the graph owns its inputs from here
+        load = functools.partial(torch.fx.node.map_arg, fn=lambda n: env[n])
+        open_group = 0
+        for i, node in enumerate(self.nodes):
+            group = self.group_of.get(node, 0)
+            if open_group and group != open_group:
+                self._launch_group(open_group, sizes)
+                self.sim.end_generated_code()
+                open_group = 0
+            if node.op == "placeholder":
+                env[node] = inputs.pop() if inputs else None
+            elif node.op == "get_attr":
+                env[node] = _fetch_attr(self.gm, node.target)
+            elif node.op == "output":
+                return load(node.args[0])
+            else:
+                if group and not open_group:
+                    self.sim.begin_generated_code()
+                    open_group = group
+                env[node] = self._run(node, load)
+            if node in env:
+                sizes[node] = (_nbytes(env[node]), _numel(env[node]))
+            for dead in self.drop_after.get(i, ()):
+                env.pop(dead, None)
+        raise RuntimeError("phantom: a compiled graph ended without an output node")
+
+    def _run(self, node: torch.fx.Node, load: Callable) -> Any:
+        args, kwargs = load(node.args), load(node.kwargs)
+        save_rng, with_rng = self.rng_hops
+        if node.target is save_rng:  # (op, *args): the op, and the RNG state to replay it
+            return torch.empty(0, dtype=torch.uint8), args[0](*args[1:], **kwargs)
+        if node.target is with_rng:  # (state, op, *args): the op again, same random numbers
+            return args[1](*args[2:], **kwargs)
+        if node not in self.in_registers:
+            return node.target(*args, **kwargs)
+        self.sim.in_registers = True
+        try:
+            return node.target(*args, **kwargs)
+        finally:
+            self.sim.in_registers = False
+
+    def _launch_group(self, group: int, sizes: dict) -> None:
+        """Launch the group's kernels: one per iteration space of its stores."""
+        kernels: dict[int, GeneratedKernel] = {}
+        for w in self.group_writes.get(group, ()):
+            if w.target is torch.ops.aten.copy_.default or self._is_reduction(w):
+                space = max(sizes[i][1] for i in w.all_input_nodes)
+            else:
+                space = sizes[w][1]
+            k = kernels.setdefault(space, GeneratedKernel([], set(), []))
+            k.writes.append(w)
+            k.reads |= self.reads[w]
+            k.ops.append(w.target.__name__)
+        for k in kernels.values():
+            k.reads -= set(k.writes)  # what a kernel stores it does not load back
+            nbytes = sum(sizes[w][0] for w in k.writes)
+            nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
+            self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes)
+
+    @staticmethod
+    def _is_reduction(n: torch.fx.Node) -> bool:
+        return isinstance(n.target, torch._ops.OpOverload) and \
+            classify(n.target).op_class in ("reduction", "norm", "softmax")
+
+
+def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+# phantom's own machinery: Dynamo must never trace it. A frame Dynamo gives up on runs eagerly
+# with Dynamo's frame hook still set, so every Python frame it calls (the dispatch mode, the
+# simulation) would otherwise be offered to Dynamo as user code. What user code may call inside
+# a compiled region and Dynamo should see through (the SDPA choice, the framework adapters)
+# stays traceable.
+_INTERNALS = ("context.py", "engine", "cost", "memory", "distributed", "network", "report",
+              "launcher", "hardware", "native", "interception/mode.py", "interception/cuda_api.py",
+              "interception/patches.py", "interception/clock.py", "interception/data_reads.py",
+              "interception/compiled.py")
+
+
+def hide_internals_from_dynamo() -> None:
+    import os
+
+    import phantom
+    from torch._dynamo import trace_rules
+
+    root = os.path.dirname(os.path.abspath(phantom.__file__))
+    trace_rules.SKIP_DIRS.extend(os.path.join(root, part) for part in _INTERNALS)
+    trace_rules._recompile_re()
+
+
+def _boxed(fn: Callable[[list], Any]) -> Callable[[list], Any]:
+    """AOTAutograd's boxed calling convention: one list of inputs, which the callee may clear
+    so that they can be freed early (functorch.compile.make_boxed_func)."""
+    def call(args: list) -> Any:
+        return fn(args)
+
+    call._boxed_call = True  # type: ignore[attr-defined]
+    return call
+
+
+def phantom_backend(sim: "Simulation", backward_node_ns: float) -> Callable:
+    """A Dynamo backend: AOTAutograd as Inductor configures it (its decompositions, the min-cut
+    partitioner), with GraphRunner in place of Inductor's code generation."""
+    from functorch.compile import min_cut_rematerialization_partition
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch import config as functorch_config
+    from torch._inductor.decomposition import select_decomp_table
+
+    from phantom.interception.cuda_api import node_call
+
+    def forward_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
+        return _boxed(GraphRunner(gm, sim))
+
+    def backward_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
+        # autograd calls it on its own thread, outside the forward's node_call: the node's
+        # AOTAutograd backward wrapper and Inductor launcher, not the interpretation here
+        return _boxed(node_call("torch.compile backward", backward_node_ns)(GraphRunner(gm, sim)))
+
+    aot = aot_autograd(
+        fw_compiler=forward_compiler,
+        bw_compiler=backward_compiler,
+        inference_compiler=forward_compiler,
+        decompositions=select_decomp_table(),
+        partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
+        keep_inference_input_mutations=True,
+    )
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
+        # RNG ops under activation checkpointing (attention kernels count: they take a dropout
+        # seed) are made CUDA-graph safe by default, with generator states of the real device
+        # as graph inputs; the simulated device's generators cannot be. The plain way (save the
+        # RNG state, replay it in the recompute) computes the same kernels.
+        with functorch_config.patch(graphsafe_rng_functionalization=False):
+            return aot(gm, example_inputs)
+
+    return backend
