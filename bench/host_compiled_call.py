@@ -2,6 +2,7 @@
 eagerly: what phantom charges for a compiled call (Simulation.begin_fused_region).
 
     python bench/host_compiled_call.py --out compiled_call.json      # on a GPU host
+    python bench/host_compiled_call.py --training --out compiled_training.json
 
 Tiny tensors (the GPU finishes each kernel long before the host issues the next), no_grad,
 after warm-up: host microseconds per call, the median of 7 blocks of 500 calls. The functions
@@ -49,10 +50,78 @@ def per_call_us(fn, args, calls: int = 500, blocks: int = 7) -> float:
     return statistics.median(times)
 
 
+class Block(torch.nn.Module):
+    """A pre-norm GeLU MLP block: four generated kernels a way in a compiled step, two GEMMs."""
+
+    def __init__(self, dim: int = 64) -> None:
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(dim)
+        self.fc, self.proj = torch.nn.Linear(dim, 4 * dim), torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return x + self.proj(F.gelu(self.fc(self.norm(x)), approximate="tanh"))
+
+
+def training_us(fn, x, steps: int = 300, blocks: int = 7) -> dict:
+    """Host microseconds of the forward call and of `backward()`, per step."""
+    fwd, bwd = [], []
+    for _ in range(5):
+        fn(x).sum().backward()
+    torch.cuda.synchronize()
+    for _ in range(blocks):
+        f = b = 0.0
+        for _ in range(steps):
+            t0 = time.perf_counter()
+            y = fn(x)
+            t1 = time.perf_counter()
+            loss = y.sum()
+            t2 = time.perf_counter()
+            loss.backward()
+            t3 = time.perf_counter()
+            f, b = f + t1 - t0, b + t3 - t2
+        torch.cuda.synchronize()
+        fwd.append(f / steps * 1e6)
+        bwd.append(b / steps * 1e6)
+    return {"forward_us": statistics.median(fwd), "backward_us": statistics.median(bwd)}
+
+
+def kernels_per_step(fn, x) -> dict:
+    """CUDA kernels launched by the forward call and by the backward, from the profiler."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("phase_forward"):
+            y = fn(x)
+        loss = y.sum()
+        with record_function("phase_backward"):
+            loss.backward()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return {"kernels": len(names), "kernel_names": sorted(set(names))}
+
+
+def training_rows() -> dict:
+    block = Block().cuda()
+    x = torch.randn(8, 64, device="cuda", requires_grad=True)
+    rows = {}
+    for name, fn in (("eager", block), ("compiled", torch.compile(block))):
+        rows[name] = {**training_us(fn, x), **kernels_per_step(fn, x)}
+        print(name, {k: v for k, v in rows[name].items() if k != "kernel_names"}, flush=True)
+    return rows
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
+    p.add_argument("--training", action="store_true",
+                   help="a compiled module's forward and backward (host us a step, kernels)")
     a = p.parse_args()
+    if a.training:
+        out = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": training_rows()}
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+        return
     y = torch.randn(8, 64, device="cuda", dtype=torch.bfloat16)
     g = torch.randn(8, 32, device="cuda", dtype=torch.bfloat16)
     rows = {}

@@ -12,16 +12,17 @@ generate code for into one fused kernel (engine/fusion.py), charged by the bytes
 leave the group; GEMMs, attention and collectives stay their own kernels and split the groups,
 as Inductor's extern calls do.
 
-Host time: the node runs Dynamo's guards, AOTAutograd's wrappers and Inductor's generated
-launcher, not this machine's interpreter of the graph, so a compiled call is charged the node's
-measured cost of a compiled call plus a launch per kernel (cuda_api.node_call), and what it
-costs here, tracing on the first call included, is phantom's.
+Host time: Dynamo's guards and AOTAutograd's runtime wrappers are the same Python on the node
+and here, and count as the script's host time. A graph runs on the node as Inductor's generated
+wrapper, not as this machine's interpreter of it: it is charged the node's cost of that wrapper
+plus a launch per kernel (cuda_api.node_call). Compiling, on the first call, counts as nothing.
 """
 from __future__ import annotations
 
 import dataclasses
 import functools
 import operator
+import threading
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -297,7 +298,33 @@ def _boxed(fn: Callable[[list], Any]) -> Callable[[list], Any]:
     return call
 
 
-def phantom_backend(sim: "Simulation", backward_node_ns: float) -> Callable:
+def exclude_compilation_time(sim: "Simulation") -> None:
+    """Compiling (Dynamo's tracing, AOTAutograd's partition, a lazy backward compile) is not
+    simulated host time: on a GPU it takes Inductor tens of seconds once, here it takes phantom
+    its own time, and neither is a training step's. Dynamo's compile callbacks bracket it."""
+    from torch._dynamo.callback import callback_handler
+
+    from phantom.engine.host import HOST_CLOCK_NS
+    from phantom.interception.clock import simulated_thread
+
+    entered = threading.local()
+
+    def start(args: Any) -> None:
+        now = HOST_CLOCK_NS()
+        entered.flag = simulated_thread()
+        if entered.flag:
+            sim.api_enter("torch.compile (compiling)", now)
+
+    def end(args: Any) -> None:
+        if getattr(entered, "flag", False):
+            entered.flag = False
+            sim.api_exit(0.0)
+
+    callback_handler.register_start_callback(start)
+    callback_handler.register_end_callback(end)
+
+
+def phantom_backend(sim: "Simulation", graph_node_ns: float) -> Callable:
     """A Dynamo backend: AOTAutograd as Inductor configures it (its decompositions, the min-cut
     partitioner), with GraphRunner in place of Inductor's code generation."""
     from functorch.compile import min_cut_rematerialization_partition
@@ -307,18 +334,15 @@ def phantom_backend(sim: "Simulation", backward_node_ns: float) -> Callable:
 
     from phantom.interception.cuda_api import node_call
 
-    def forward_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
-        return _boxed(GraphRunner(gm, sim))
-
-    def backward_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
-        # autograd calls it on its own thread, outside the forward's node_call: the node's
-        # AOTAutograd backward wrapper and Inductor launcher, not the interpretation here
-        return _boxed(node_call("torch.compile backward", backward_node_ns)(GraphRunner(gm, sim)))
+    def graph_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
+        # a graph runs as Inductor's generated wrapper on the node: its fixed cost and a launch
+        # per kernel, not this machine's time interpreting the graph
+        return _boxed(node_call("torch.compile graph", graph_node_ns)(GraphRunner(gm, sim)))
 
     aot = aot_autograd(
-        fw_compiler=forward_compiler,
-        bw_compiler=backward_compiler,
-        inference_compiler=forward_compiler,
+        fw_compiler=graph_compiler,
+        bw_compiler=graph_compiler,
+        inference_compiler=graph_compiler,
         decompositions=select_decomp_table(),
         partition_fn=functools.partial(min_cut_rematerialization_partition, compiler="inductor"),
         keep_inference_input_mutations=True,

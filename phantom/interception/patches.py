@@ -76,15 +76,19 @@ def _patch_compile(sim: "Simulation") -> None:
     *function* called where autograd records nothing (no_grad, or the forward/backward of a
     custom autograd.Function, which is how Megatron's `jit_fuser` functions run) is cheaper to
     take whole: its pointwise ops are charged as the one fused kernel Inductor makes of them
-    (engine/fusion.py), without tracing. Host time is the node's for a compiled call
-    (cuda_api.NODE_HOST_NS) plus a launch per kernel, not what tracing and running the graphs
-    cost here. If Dynamo cannot trace a program here (one warning), it runs eagerly."""
-    from phantom.interception.compiled import hide_internals_from_dynamo, phantom_backend
+    (engine/fusion.py), without tracing, at the node's cost of a compiled call
+    (cuda_api.NODE_HOST_NS). Otherwise Dynamo's guards and AOTAutograd's wrappers run here as
+    on the node and count as the script's host time, while compiling (tracing) counts as none
+    and running a graph costs the node's generated wrapper plus a launch per kernel. If
+    phantom's backend fails on a program (one warning), it runs eagerly."""
+    from phantom.interception.compiled import (exclude_compilation_time, hide_internals_from_dynamo,
+                                               phantom_backend)
     from phantom.interception.cuda_api import NODE_HOST_NS, node_call
 
     hide_internals_from_dynamo()
+    exclude_compilation_time(sim)
     real_compile = torch.compile
-    backend = phantom_backend(sim, NODE_HOST_NS["compiled_backward"])
+    backend = phantom_backend(sim, NODE_HOST_NS["compiled_graph"])
 
     def fused(fn: Any) -> Any:
         @node_call("torch.compile", NODE_HOST_NS["compiled_call"])
@@ -102,16 +106,16 @@ def _patch_compile(sim: "Simulation") -> None:
         return region
 
     def traced(dynamo_call: Any, eager_call: Any, name: str) -> Any:
-        """A Dynamo entry point with phantom's backend, timed as the node's compiled call;
-        `eager_call` from the first time phantom's backend fails on it."""
-        timed = node_call("torch.compile", NODE_HOST_NS["compiled_call"])(dynamo_call)
+        """A Dynamo entry point with phantom's backend; `eager_call` from the first time
+        phantom's backend fails on it. Dynamo's guards and AOTAutograd's wrappers are the same
+        Python on the node and here: their time is the script's, like any Python's."""
         state = {"eager": False}
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if state["eager"]:
                 return eager_call(*args, **kwargs)
             try:
-                return timed(*args, **kwargs)
+                return dynamo_call(*args, **kwargs)
             except torch._dynamo.exc.BackendCompilerFailed as e:
                 # the backend failed (an op the runner cannot take), not the user's program:
                 # it still runs, eagerly, rather than ending the simulation

@@ -1,0 +1,107 @@
+"""interception/compiled.py: Inductor's kernels for an AOTAutograd graph.
+
+The graphs here come from make_fx with Inductor's decompositions, as AOTAutograd hands them to
+phantom's backend; they run on CPU tensors against a stand-in simulation that records what
+would be launched."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from phantom.interception.compiled import EXTERN, FUSED, NEUTRAL, GraphRunner
+
+
+class RecordingSim:
+    def __init__(self) -> None:
+        self.kernels: list[tuple[str, float]] = []
+        self.in_registers = False
+        self.depth = 0
+
+    def begin_generated_code(self) -> None:
+        self.depth += 1
+
+    def end_generated_code(self) -> None:
+        self.depth -= 1
+
+    def launch_generated_kernel(self, name: str, nbytes: float) -> None:
+        assert self.depth == 1
+        self.kernels.append((name, nbytes))
+
+
+def _runner(fn, *args) -> tuple[GraphRunner, RecordingSim]:
+    gm = make_fx(fn, decomposition_table=select_decomp_table())(*args)
+    sim = RecordingSim()
+    return GraphRunner(gm, sim), sim
+
+
+def test_a_pointwise_chain_between_gemms_is_one_kernel_reading_its_inputs_once():
+    x, w, r = torch.randn(64, 32), torch.randn(32, 128), torch.randn(64, 128)
+
+    def block(x, w, r):
+        return F.gelu(x @ w, approximate="tanh") * 2 + r
+
+    runner, sim = _runner(block, x, w, r)
+    roles = {n.target.__name__: runner.roles[n] for n in runner.nodes if n.op == "call_function"}
+    assert roles["mm.default"] == EXTERN and roles["tanh.default"] == FUSED
+    out = runner([x, w, r])
+    torch.testing.assert_close(out, block(x, w, r))
+    # the GEMM's output and r are read, the result written: nothing of GeLU's tanh chain
+    assert [b for _, b in sim.kernels] == [3 * 64 * 128 * 4]
+
+
+def test_values_only_a_later_kernel_needs_are_recomputed_there_not_stored():
+    x, w = torch.randn(64, 32), torch.randn(32, 32)
+
+    def f(x, w):
+        h = torch.sin(x) * 3  # used after the GEMM by a generated kernel only: inlined there
+        y = h @ w
+        return y + torch.sin(x) + h
+
+    runner, sim = _runner(f, x, w)
+    runner([x, w])
+    size = 64 * 32 * 4
+    # kernel 1 stores h for the GEMM (reads x); kernel 2 reads y, x and h (h is stored, since
+    # the GEMM needed it) and writes the output
+    assert [b for _, b in sim.kernels] == [2 * size, 4 * size]
+
+
+def test_a_reduction_result_is_stored_and_kernels_split_by_iteration_space():
+    x, w = torch.randn(128, 64), torch.randn(64, 64)
+
+    def f(x, w):
+        normed = F.layer_norm(x, (64,))
+        return normed @ w, w.to(torch.bfloat16)
+
+    runner, sim = _runner(f, x, w)
+    stored = {n.name for n in runner.stored}
+    assert any(name.startswith("var_mean") for name in stored)
+    runner([x, w])
+    # the weight cast and the normalisation are separate kernels (different sizes)
+    assert len(sim.kernels) == 2
+    by_bytes = sorted(b for _, b in sim.kernels)
+    assert by_bytes[0] == 64 * 64 * (4 + 2)  # fp32 read, bf16 written
+    assert by_bytes[1] >= 2 * 128 * 64 * 4  # x read, normed written (plus the small stats)
+
+
+def test_values_in_registers_and_views_are_not_kernels():
+    x = torch.randn(8, 16)
+
+    def f(x):
+        return (x.t() * 2).contiguous().view(-1)
+
+    runner, sim = _runner(f, x)
+    assert NEUTRAL in runner.roles.values()
+    out = runner([x])
+    torch.testing.assert_close(out, f(x))
+    assert len(sim.kernels) == 1
+    assert runner.in_registers  # the intermediate product never reaches memory
+
+
+def test_inputs_are_released_as_the_graph_runs():
+    x = torch.randn(4)
+    args = [x]
+    runner, _ = _runner(lambda a: a + 1, x)
+    runner(args)
+    assert args == []  # AOTAutograd's boxed convention: the graph took its inputs
