@@ -112,6 +112,11 @@ ROWS = [
         entry=TT2024),
     Row("8B-fsdp128-h100", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 5605, 67.0,
         entry=TT2024),
+    # The same two with torch.compile (each transformer block, as 9dec370's apply_compile)
+    Row("8B-fsdp8-h100-compile", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 6667, 77.0,
+        extra=("--compile.enable",), entry=TT2024),
+    Row("8B-fsdp128-h100-compile", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 6514,
+        62.0, extra=("--compile.enable",), entry=TT2024),
     Row("llama2-13B-bs2-noac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "none", 2162, mfu=61.1,
         entry=TT2024, entry_args=FUSED_NORM),
     Row("llama2-13B-bs2-sac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "selective", 1904, mfu=53.8,

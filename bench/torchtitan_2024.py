@@ -41,12 +41,20 @@ import runpy
 import sys
 from pathlib import Path
 
+_RUN_AS_SCRIPT = __name__ == "__main__"
+if _RUN_AS_SCRIPT:
+    # torch.compile's guards find a compiled function's globals through its module's name, and
+    # torchtitan's trainer becomes __main__ after this file: so this file needs its own name.
+    __name__ = "torchtitan_2024"
+    sys.modules[__name__] = sys.modules["__main__"]
+
 # bench/ holds torchtitan.py, the benchmark, which would shadow the torchtitan package.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 import torchtitan.models.llama3 as llama3  # noqa: E402
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard  # noqa: E402
 from torchtitan.distributed import activation_checkpoint  # noqa: E402
@@ -54,7 +62,6 @@ from torchtitan.distributed.fsdp import disable_fsdp_gradient_division  # noqa: 
 from torchtitan.models.llama3 import parallelize as llama3_parallelize  # noqa: E402
 from torchtitan.models.common import nn_modules  # noqa: E402
 from torchtitan.models.common.attention import ScaledDotProductAttention  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
 
 
@@ -142,7 +149,7 @@ def install(rmsnorm: str = "python") -> None:
     llama3_parallelize.apply_fsdp_to_decoder = _apply_fsdp_2024
 
 
-if __name__ == "__main__":
+if _RUN_AS_SCRIPT:
     args = sys.argv[1:]
     norm = args.pop(0).partition("=")[2] if args[:1] and args[0].startswith("--rmsnorm=") else "python"
     install(norm)

@@ -236,11 +236,9 @@ def patch_trainer(module: ModuleType) -> None:
 
 def patch_compile(module: ModuleType) -> None:
     """torchtitan/distributed/compile.py `apply_compile` (`--compile.enable`) compiles each
-    transformer block. phantom runs compiled code eagerly (its torch.compile returns the
-    module), so the simulated step is that of eager kernels: documented fallback, with a
-    warning; torchtitan's published compile rows are 14-16% faster than eager. Async TP
-    (`--compile.enable_async_tensor_parallel`) needs symmetric memory and Inductor's
-    micro-pipelined TP kernels: a clear error."""
+    transformer block, which phantom simulates as Inductor runs it (interception/compiled.py).
+    Async TP (`--compile.enable_async_tensor_parallel`) needs symmetric memory and Inductor's
+    micro-pipelined TP kernels, which it does not: a clear error."""
     original = module.apply_compile
 
     def apply_compile(model, *, compile_config, parallel_dims, **kwargs):
@@ -249,8 +247,6 @@ def patch_compile(module: ModuleType) -> None:
                 "phantom: torchtitan's async tensor parallelism "
                 "(--compile.enable_async_tensor_parallel) is not simulated (README, "
                 "'TorchTitan').")
-        _warn("--compile.enable: torch.compile is not simulated; the compiled blocks run "
-              "eagerly and are timed as eager kernels (README, 'TorchTitan').")
         return original(model, compile_config=compile_config, parallel_dims=parallel_dims,
                         **kwargs)
 
