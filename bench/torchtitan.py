@@ -178,6 +178,13 @@ REAL = [
     RealConfig("8B-5layers-1gpu-dec2024-sac-bs1", ["--config", "llama3_8b_5layers",
                                                     "--training.local_batch_size", "1"], "selective",
                steps=100, skip=20, gpus=1, model_2024=True),
+    # The published compile rows' blocks: the 2024 code with each block torch.compile'd, and
+    # its eager twin run beside it (shorter: the pair measures the compile speed-up).
+    RealConfig("8B-5layers-1gpu-dec2024-sac-40", ["--config", "llama3_8b_5layers"], "selective",
+               steps=40, skip=15, gpus=1, model_2024=True),
+    RealConfig("8B-5layers-1gpu-dec2024-sac-compile", ["--config", "llama3_8b_5layers",
+                                                        "--compile.enable"], "selective",
+               steps=40, skip=15, gpus=1, model_2024=True),
 ]
 
 

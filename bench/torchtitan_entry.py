@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import importlib.util
 import runpy
 import sys
 import types
@@ -111,7 +112,12 @@ def main() -> None:
         print(f"torchtitan_entry: stand-ins for {', '.join(standins)} (not installed)", flush=True)
     args = sys.argv[1:]
     if args[:1] == ["--patches"]:
-        runpy.run_path(args[1], run_name="torchtitan_patches")  # not "__main__": patches only
+        # a module of its own name in sys.modules, not "__main__" (patches only): torch.compile's
+        # guards look a compiled function's globals up by its module's name
+        spec = importlib.util.spec_from_file_location("torchtitan_patches", args[1])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["torchtitan_patches"] = module
+        spec.loader.exec_module(module)
         args = args[2:]
     sys.argv = ["torchtitan.train", *args]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)

@@ -1,0 +1,13 @@
+#!/bin/bash
+# Session 23: 5 of Llama 3.1 8B's blocks with torchtitan's 2024 model code (the published H100
+# rows'), selective AC, one GPU: eager and with each block torch.compile'd, back to back.
+# Usage on the device (carry bench/torchtitan_wheels): bash bench/device/h200_titan_compile.sh.
+source bench/device/call_lib.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; lscpu | grep "Model name";
+  python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
+step titan
+timeout $(left 540) python bench/torchtitan.py real --timeout 260 \
+  --configs 8B-5layers-1gpu-dec2024-sac-compile,8B-5layers-1gpu-dec2024-sac-40 \
+  --out $W/titan_compile_real.json --log $W/titan_compile_real.log >> $log 2>&1
+step done
