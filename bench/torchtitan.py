@@ -185,6 +185,12 @@ REAL = [
     RealConfig("8B-5layers-1gpu-dec2024-sac-compile", ["--config", "llama3_8b_5layers",
                                                         "--compile.enable"], "selective",
                steps=40, skip=15, gpus=1, model_2024=True),
+    # All 32 blocks under FSDP2 on 2 GPUs (H200: ~100 GiB), eager and compiled: the published
+    # compile rows' setting at a size one lent machine runs.
+    RealConfig("8B-fsdp2-bs1-sac-dec2024", ["--config", "llama3_8b", "--training.local_batch_size", "1"],
+               "selective", model_2024=True),
+    RealConfig("8B-fsdp2-bs1-sac-dec2024-compile", ["--config", "llama3_8b", "--training.local_batch_size",
+                                                     "1", "--compile.enable"], "selective", model_2024=True),
 ]
 
 

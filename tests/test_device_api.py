@@ -296,14 +296,17 @@ def test_torch_compile_runs_modules_and_decorated_functions(run_script):
         m = torch.nn.Linear(8, 8).cuda()
         f = torch.compile(m)
         g = torch.compile(mode="max-autotune")(lambda x: x * 2)
+        h = torch.compile(lambda x: x + 1, backend="eager")  # another backend: Dynamo as it is
         print("out=", f(torch.randn(2, 8, device="cuda")).shape, g(torch.ones(2, device="cuda")).shape)
         print("module=", type(f).__name__, f.weight is m.weight)
+        print("eager_backend=", h(torch.ones(3, device="cuda")).shape)
         """,
         "--quiet",
     )
     assert proc.returncode == 0, proc.stderr
     assert "out= torch.Size([2, 8]) torch.Size([2])" in proc.stdout
     assert "module= OptimizedModule True" in proc.stdout
+    assert "eager_backend= torch.Size([3])" in proc.stdout
     assert "eagerly" not in proc.stderr
 
 

@@ -7,10 +7,11 @@ and Inductor (Triton kernels for the pointwise ops, reductions and norms; cuBLAS
 and NCCL for the rest). The first two are plain Python and run here unchanged on fake tensors:
 phantom gets the same graphs, the same partition and the same decompositions Inductor asks for.
 Only Inductor's code generation needs Triton and a device. `GraphRunner` stands in for it: it
-runs a graph's ops one by one on the simulation and groups each run of ops Inductor would
-generate code for into one fused kernel (engine/fusion.py), charged by the bytes that enter and
-leave the group; GEMMs, attention and collectives stay their own kernels and split the groups,
-as Inductor's extern calls do.
+runs a graph's ops on fake tensors (for their shapes) and launches, in their place, the kernels
+Inductor would generate, each timed by the bytes it loads and stores on the elementwise memory
+curve. GEMMs, attention and collectives stay their own kernels and split the runs of generated
+code, as Inductor's extern calls do; which values are stored and which are recomputed in their
+consumers follows Inductor's inlining rules.
 
 Host time: Dynamo's guards and AOTAutograd's runtime wrappers are the same Python on the node
 and here, and count as the script's host time. A graph runs on the node as Inductor's generated

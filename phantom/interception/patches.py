@@ -149,10 +149,23 @@ def _patch_compile(sim: "Simulation") -> None:
         setattr(compiled, attr, traced(getattr(compiled, attr), module, type(module).__name__))
         return compiled
 
+    warned_graphs = []
+
     def compile(model: Any = None, **kwargs: Any) -> Any:
         if model is None:
             return functools.partial(compile, **kwargs)  # @torch.compile(mode=...): the decorator
-        # Inductor's settings (mode, options, backend) have no meaning without Inductor
+        backend = kwargs.get("backend", "inductor")
+        if backend != "inductor":
+            # another backend ("eager", "aot_eager", the user's own) runs its graphs' ops as
+            # they are, which the simulation times op by op: Dynamo as it is
+            return real_compile(model, **kwargs)
+        mode = kwargs.get("mode") or ""
+        if "reduce-overhead" in mode and not warned_graphs:
+            warned_graphs.append(True)
+            warnings.warn(f"phantom: torch.compile(mode={mode!r}) replays CUDA graphs on a GPU, "
+                          "which phantom does not simulate: kernels are launched one by one "
+                          "(the same GPU time, more host time).", stacklevel=2)
+        # Inductor's settings (mode, options) have no meaning without Inductor
         options = {k: v for k, v in kwargs.items() if k in ("fullgraph", "dynamic", "disable")}
         if isinstance(model, torch.nn.Module):
             return compile_module(model, options)

@@ -1,0 +1,13 @@
+#!/bin/bash
+# Session 23: Llama 3.1 8B (all 32 blocks, torchtitan's 2024 model code, selective AC, local
+# batch 1, seq 8192) under FSDP2 on 2 GPUs, eager and with each block torch.compile'd.
+# Usage on a 2 x H200 (carry bench/torchtitan_wheels): bash bench/device/h200x2_titan_compile.sh.
+source bench/device/call_lib.sh
+export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+{ date -u; nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; lscpu | grep "Model name";
+  python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
+step titan
+timeout $(left 540) python bench/torchtitan.py real --timeout 260 \
+  --configs 8B-fsdp2-bs1-sac-dec2024,8B-fsdp2-bs1-sac-dec2024-compile \
+  --out $W/titan_fsdp2_compile_real.json --log $W/titan_fsdp2_compile_real.log >> $log 2>&1
+step done
