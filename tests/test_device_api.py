@@ -325,7 +325,9 @@ def test_a_compiled_training_step_runs_inductors_kernels(run_script):
             def forward(self, x):
                 return x + self.proj(F.gelu(self.fc(self.norm(x)), approximate="tanh"))
         block = Block().cuda()
-        x = torch.randn(8, 2048, 1024, device="cuda", requires_grad=True)
+        # GPU-bound (~10 ms a step): a compiled call's guards and wrappers cost the host more
+        # than an eager one's (bench/README.md, Session 23), which small steps would show
+        x = torch.randn(32, 2048, 1024, device="cuda", requires_grad=True)
         for name, fn in (("eager", block), ("compiled", torch.compile(block))):
             for step in range(3):  # the first compiled call traces; steady state after
                 torch.cuda.synchronize()

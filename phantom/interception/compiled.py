@@ -198,27 +198,31 @@ class GraphRunner:
         args.clear()  # boxed calling convention: the graph owns its inputs from here
         load = functools.partial(torch.fx.node.map_arg, fn=lambda n: env[n])
         open_group = 0
-        for i, node in enumerate(self.nodes):
-            group = self.group_of.get(node, 0)
-            if open_group and group != open_group:
-                self._launch_group(open_group, sizes)
+        try:
+            for i, node in enumerate(self.nodes):
+                group = self.group_of.get(node, 0)
+                if open_group and group != open_group:
+                    self._launch_group(open_group, sizes)
+                    self.sim.end_generated_code()
+                    open_group = 0
+                if node.op == "placeholder":
+                    env[node] = inputs.pop() if inputs else None
+                elif node.op == "get_attr":
+                    env[node] = _fetch_attr(self.gm, node.target)
+                elif node.op == "output":
+                    return load(node.args[0])
+                else:
+                    if group and not open_group:
+                        self.sim.begin_generated_code()
+                        open_group = group
+                    env[node] = self._run(node, load)
+                if node in env:
+                    sizes[node] = (_nbytes(env[node]), _numel(env[node]))
+                for dead in self.drop_after.get(i, ()):
+                    env.pop(dead, None)
+        finally:
+            if open_group:  # an op raised (out of memory, say) inside a generated kernel
                 self.sim.end_generated_code()
-                open_group = 0
-            if node.op == "placeholder":
-                env[node] = inputs.pop() if inputs else None
-            elif node.op == "get_attr":
-                env[node] = _fetch_attr(self.gm, node.target)
-            elif node.op == "output":
-                return load(node.args[0])
-            else:
-                if group and not open_group:
-                    self.sim.begin_generated_code()
-                    open_group = group
-                env[node] = self._run(node, load)
-            if node in env:
-                sizes[node] = (_nbytes(env[node]), _numel(env[node]))
-            for dead in self.drop_after.get(i, ()):
-                env.pop(dead, None)
         raise RuntimeError("phantom: a compiled graph ended without an output node")
 
     def _run(self, node: torch.fx.Node, load: Callable) -> Any:
