@@ -192,6 +192,10 @@ class GraphRunner:
         return writes
 
     def __call__(self, args: list) -> Any:
+        if _traced_inputs(args):
+            # Dynamo is propagating shapes through this graph while compiling another (DDP's
+            # graph split runs each compiled piece on its own fake tensors): not a GPU run
+            return self.gm(*args)
         env: dict[torch.fx.Node, Any] = {}
         sizes: dict[torch.fx.Node, tuple[int, int]] = {}  # bytes and elements of each value
         inputs = list(reversed(args))  # popped one by one: each input is the graph's alone
@@ -262,6 +266,19 @@ class GraphRunner:
     def _is_reduction(n: torch.fx.Node) -> bool:
         return isinstance(n.target, torch._ops.OpOverload) and \
             classify(n.target).op_class in ("reduction", "norm", "softmax")
+
+
+def _traced_inputs(args: list) -> bool:
+    """Whether the graph is called on a tracer's fake tensors rather than the simulation's."""
+    from torch._subclasses.fake_tensor import maybe_get_fake_mode
+
+    from phantom.interception.mode import PhantomMode
+
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            mode = maybe_get_fake_mode(a)
+            return mode is not None and not isinstance(mode, PhantomMode)
+    return False
 
 
 def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:

@@ -116,12 +116,17 @@ def _patch_compile(sim: "Simulation") -> None:
                 return eager_call(*args, **kwargs)
             try:
                 return dynamo_call(*args, **kwargs)
-            except torch._dynamo.exc.BackendCompilerFailed as e:
-                # the backend failed (an op the runner cannot take), not the user's program:
-                # it still runs, eagerly, rather than ending the simulation
+            except (torch._dynamo.exc.BackendCompilerFailed,
+                    torch._dynamo.exc.InternalTorchDynamoError) as e:
+                # phantom's backend failed (an op the runner cannot take), or Dynamo did on
+                # the simulation's fake tensors (torch.compile of a DDP-wrapped model, whose
+                # graph split re-traces them): not the user's program, which still runs,
+                # eagerly, rather than ending the simulation
                 state["eager"] = True
+                cause = getattr(e, "inner_exception", None) or e
                 warnings.warn(f"phantom: torch.compile could not be simulated for {name} "
-                              f"({e.inner_exception!r}); running it eagerly.", stacklevel=2)
+                              f"({type(cause).__name__}: {str(cause)[:200]}); running it eagerly.",
+                              stacklevel=2)
                 return eager_call(*args, **kwargs)
 
         return call
