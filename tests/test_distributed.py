@@ -322,3 +322,41 @@ def test_dtensor_random_init_and_first_fused_adamw_step(tmp_path):
     assert before == pytest.approx(2 * shard + workspace, abs=0.01)  # parameters + gradients
     assert after == pytest.approx(4 * shard + workspace, abs=0.01)  # + exp_avg + exp_avg_sq
     assert peak < after + 0.05
+
+
+DDP_COMPILE = """
+import time, torch, torch.nn as nn, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("nccl")
+rank = dist.get_rank(); torch.cuda.set_device(rank)
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm, self.fc, self.proj = nn.LayerNorm(1024), nn.Linear(1024, 4096), nn.Linear(4096, 1024)
+    def forward(self, x):
+        return x + self.proj(torch.nn.functional.gelu(self.fc(self.norm(x))))
+model = nn.Sequential(Block(), Block()).cuda()
+order = ORDER
+ddp = DDP(torch.compile(model)) if order == "inner" else torch.compile(DDP(model))
+x = torch.randn(32, 1024, 1024, device="cuda")
+for step in range(3):
+    torch.cuda.synchronize(); t0 = time.perf_counter()
+    ddp(x).float().pow(2).mean().backward()
+    torch.cuda.synchronize()
+print(f"rank{rank} {order} step_ms={(time.perf_counter() - t0) * 1e3:.2f}")
+dist.destroy_process_group()
+"""
+
+
+def test_ddp_and_torch_compile_in_either_order(tmp_path):
+    # DDP(torch.compile(model)) (nanoGPT's order) is simulated as compiled, with Dynamo's DDP
+    # graph split; torch.compile(DDP(model)) makes Dynamo re-trace the simulation's fake tensors,
+    # which it cannot: that program runs eagerly, with one warning, and still completes.
+    inner = _run(tmp_path, DDP_COMPILE.replace("ORDER", "'inner'"), "--tee", "all", name="inner.py")
+    assert inner.returncode == 0, inner.stderr[-3000:]
+    assert "rank0 inner step_ms=" in inner.stdout and "rank1 inner step_ms=" in inner.stdout
+    assert "running it eagerly" not in inner.stderr
+    outer = _run(tmp_path, DDP_COMPILE.replace("ORDER", "'outer'"), name="outer.py")
+    assert outer.returncode == 0, outer.stderr[-3000:]
+    assert "rank0 outer step_ms=" in outer.stdout
+    assert "running it eagerly" in outer.stderr
