@@ -51,7 +51,7 @@ def per_call_us(fn, args, calls: int = 500, blocks: int = 7) -> float:
 
 
 class Block(torch.nn.Module):
-    """A pre-norm GeLU MLP block: four generated kernels a way in a compiled step, two GEMMs."""
+    """A pre-norm GeLU MLP block: LayerNorm, two GEMMs, GeLU and the residual add."""
 
     def __init__(self, dim: int = 64) -> None:
         super().__init__()
@@ -86,7 +86,8 @@ def training_us(fn, x, steps: int = 300, blocks: int = 7) -> dict:
 
 
 def kernels_per_step(fn, x) -> dict:
-    """CUDA kernels launched by the forward call and by the backward, from the profiler."""
+    """Device events of one step (forward and backward together) from the profiler: the
+    kernels, and the two phase markers, which it lists on the device too."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:

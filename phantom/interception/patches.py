@@ -159,8 +159,7 @@ def _patch_compile(sim: "Simulation") -> None:
     def compile(model: Any = None, **kwargs: Any) -> Any:
         if model is None:
             return functools.partial(compile, **kwargs)  # @torch.compile(mode=...): the decorator
-        backend = kwargs.get("backend", "inductor")
-        if backend != "inductor":
+        if kwargs.get("backend", "inductor") != "inductor":
             # another backend ("eager", "aot_eager", the user's own) runs its graphs' ops as
             # they are, which the simulation times op by op: Dynamo as it is
             return real_compile(model, **kwargs)
