@@ -189,7 +189,7 @@ class Simulation:
         # All host time of a rank of a multi-GPU run is charged at the pace of its host's
         # slowest rank (set_world; engine.host.straggler_pace); 1 on one GPU.
         self.rank_pace = 1.0
-        # Inside a torch.compile'd function (patches._patch_compile): its fusable ops are
+        # Inside a torch.compile'd function (interception/compiled.py `install`): its fusable ops are
         # gathered into one kernel (engine/fusion.py) and launched when it returns.
         self._fused_depth = 0
         # The op running now is inside a generated kernel and its outputs never leave it
@@ -487,7 +487,7 @@ class Simulation:
 
     # -- torch.compile'd functions ---------------------------------------------------------
     def begin_fused_region(self) -> None:
-        """A torch.compile'd function starts (patches._patch_compile); regions nest, the
+        """A torch.compile'd function starts (interception/compiled.py `install`); regions nest, the
         outermost one decides."""
         self._fused_depth += 1
 

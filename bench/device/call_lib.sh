@@ -14,3 +14,8 @@ trap 'tar czf $OUT/call.tgz -C $W . ; tail -40 $log' EXIT
 step() { echo "== $1 $(date -u +%T)" >> $log; }
 end=$((SECONDS + ${CALL_BUDGET_S:-565}))
 left() { local l=$((end - SECONDS)); echo $(( l < $1 ? (l > 5 ? l : 5) : $1 )); }  # min(cap, time left)
+# The machine, its driver and the software of the call, into $W/env.txt.
+record_env() {
+  { date -u; nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; lscpu | grep "Model name";
+    python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
+}

@@ -3,8 +3,7 @@
 # four configs, back to back on one lent GPU; and the host cost of a compiled training step.
 # Usage on the device: bash bench/device/h100_compile.sh. Out: $OUT/call.tgz.
 source bench/device/call_lib.sh
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; lscpu | grep "Model name";
-  python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
+record_env
 step host
 timeout $(left 60) python -m phantom.engine.host > $W/host_reference.json 2>>$log
 timeout $(left 90) python bench/host_compiled_call.py --training --out $W/compiled_training.json >> $log 2>&1

@@ -2,8 +2,7 @@
 # Session 23: bench/ddp_compile.py on 2 GPUs, eager and DDP(torch.compile(model)), two batch
 # sizes, each twice. Usage on a 2-GPU machine: bash bench/device/h100x2_ddp_compile.sh.
 source bench/device/call_lib.sh
-{ date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; lscpu | grep "Model name";
-  python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
+record_env
 step runs
 for r in 1 2; do for b in 48 8; do for c in "" "--compile"; do
   timeout $(left 120) torchrun --standalone --nproc-per-node 2 bench/ddp_compile.py --batch $b $c 2>&1 | grep "^summary" | tee -a $W/ddp_compile.txt

@@ -4,8 +4,7 @@
 # Usage on a 2 x H200 (carry bench/torchtitan_wheels): bash bench/device/h200x2_titan_compile.sh.
 source bench/device/call_lib.sh
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-{ date -u; nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; lscpu | grep "Model name";
-  python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
+record_env
 step titan
 timeout $(left 540) python bench/torchtitan.py real --timeout 260 \
   --configs 8B-fsdp2-bs1-sac-dec2024,8B-fsdp2-bs1-sac-dec2024-compile \

@@ -24,14 +24,17 @@ import dataclasses
 import functools
 import operator
 import threading
+import warnings
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import maybe_get_fake_mode
 from torch.utils._pytree import tree_leaves
 
-from phantom.cost.roofline import GATHER_OPS, classify
+from phantom.cost.roofline import GATHER_OPS, OpInfo, classify
 from phantom.engine.fusion import FUSABLE_CLASSES
+from phantom.interception.mode import PhantomMode
 
 if TYPE_CHECKING:
     from phantom.context import Simulation
@@ -45,6 +48,9 @@ STORED_CLASSES = frozenset({"reduction", "norm", "softmax", "random"})
 # realize_reads_threshold, realize_acc_reads_threshold, realize_opcount_threshold): past them
 # the value is stored once and read back.
 REALIZE_READS, REALIZE_ACC_READS, REALIZE_OPCOUNT = 4, 8, 30
+REDUCING_CLASSES = frozenset({"reduction", "norm", "softmax"})
+# Indexed loads: a generated kernel reads what it gathers, not the whole source.
+GATHERING_OPS = GATHER_OPS | {"embedding"}
 
 
 def _rng_hops() -> tuple[Any, Any]:
@@ -53,26 +59,24 @@ def _rng_hops() -> tuple[Any, Any]:
     return run_and_save_rng_state, run_with_rng_state
 
 
-def node_role(node: torch.fx.Node) -> str:
+def op_info(node: torch.fx.Node) -> OpInfo | None:
+    """The cost model's class and name of an aten op node; None for anything else."""
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        return classify(node.target)
+    return None
+
+
+def node_role(node: torch.fx.Node, info: OpInfo | None) -> str:
     """FUSED: an op Inductor generates code for (pointwise, reductions, norms, copies, random);
     EXTERN: one it calls a library for, or an op it cannot fuse (GEMMs, attention, convolutions,
     collectives, scans, anything unknown); NEUTRAL: no kernel (views, tuple indexing)."""
-    if node.op != "call_function":
+    if node.op != "call_function" or node.target is operator.getitem:
         return NEUTRAL
-    target = node.target
-    if target is operator.getitem:
-        return NEUTRAL
-    if not isinstance(target, torch._ops.OpOverload):
+    if info is None:
         return EXTERN  # higher-order ops, Python functions: not fused across
-    op_class = classify(target).op_class
-    if op_class is None:
+    if info.op_class is None:
         return NEUTRAL
-    return FUSED if op_class in FUSABLE_CLASSES else EXTERN
-
-
-def _op_name(node: torch.fx.Node) -> str:
-    target = node.target
-    return target._schema.name.split("::")[-1] if isinstance(target, torch._ops.OpOverload) else ""
+    return FUSED if info.op_class in FUSABLE_CLASSES else EXTERN
 
 
 def _nbytes(value: Any) -> int:
@@ -108,7 +112,8 @@ class GraphRunner:
         self.gm = gm
         self.sim = sim
         self.nodes = list(gm.graph.nodes)
-        self.roles = {n: node_role(n) for n in self.nodes}
+        self.info = {n: op_info(n) for n in self.nodes}
+        self.roles = {n: node_role(n, self.info[n]) for n in self.nodes}
         position = {n: i for i, n in enumerate(self.nodes)}
         last_use: dict[torch.fx.Node, int] = {}
         for n in self.nodes:
@@ -121,6 +126,11 @@ class GraphRunner:
         self.stored, self.reads = self._plan()
         self.in_registers = {n for n in self.group_of if n not in self.stored}
         self.group_writes = self._group_writes()
+        # stores whose kernel iterates over their inputs (a reduction, an in-place copy), not
+        # over themselves
+        self.input_space = {w for ws in self.group_writes.values() for w in ws
+                            if w.target is torch.ops.aten.copy_.default
+                            or self.info[w].op_class in REDUCING_CLASSES}
         self.rng_hops = _rng_hops()
 
     def _groups(self) -> dict[torch.fx.Node, int]:
@@ -151,7 +161,8 @@ class GraphRunner:
             needs: set[torch.fx.Node] = set()
             size = 1 if self.roles[n] == FUSED else 0
             copy_into = n.target is torch.ops.aten.copy_.default
-            gathers = _op_name(n) in GATHER_OPS | {"embedding"}
+            info = self.info[n]
+            gathers = info is not None and info.name in GATHERING_OPS
             for i in ([n.args[1]] if copy_into else n.all_input_nodes):  # copy_ overwrites args[0]
                 if gathers and i is n.args[0]:
                     needs.add(n)  # an indexed load reads what it gathers (its own size), not the source
@@ -161,7 +172,7 @@ class GraphRunner:
                 else:
                     needs.add(i)
             reads[n], ops[n] = frozenset(needs), size
-            op_class = classify(n.target).op_class if isinstance(n.target, torch._ops.OpOverload) else None
+            op_class = info.op_class if info is not None else None
             users = len(n.users)
             if (n in must or op_class in STORED_CLASSES
                     or len(needs) > REALIZE_ACC_READS
@@ -248,7 +259,7 @@ class GraphRunner:
         """Launch the group's kernels: one per iteration space of its stores."""
         kernels: dict[int, GeneratedKernel] = {}
         for w in self.group_writes.get(group, ()):
-            if w.target is torch.ops.aten.copy_.default or self._is_reduction(w):
+            if w in self.input_space:
                 space = max(sizes[i][1] for i in w.all_input_nodes)
             else:
                 space = sizes[w][1]
@@ -262,18 +273,9 @@ class GraphRunner:
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
             self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes)
 
-    @staticmethod
-    def _is_reduction(n: torch.fx.Node) -> bool:
-        return isinstance(n.target, torch._ops.OpOverload) and \
-            classify(n.target).op_class in ("reduction", "norm", "softmax")
-
 
 def _traced_inputs(args: list) -> bool:
     """Whether the graph is called on a tracer's fake tensors rather than the simulation's."""
-    from torch._subclasses.fake_tensor import maybe_get_fake_mode
-
-    from phantom.interception.mode import PhantomMode
-
     for a in args:
         if isinstance(a, torch.Tensor):
             mode = maybe_get_fake_mode(a)
@@ -379,3 +381,112 @@ def phantom_backend(sim: "Simulation", graph_node_ns: float) -> Callable:
             return aot(gm, example_inputs)
 
     return backend
+
+
+def install(sim: "Simulation") -> None:
+    """Replace `torch.compile`. It needs Triton and a real device to generate kernels; phantom
+    keeps the rest of it: Dynamo and AOTAutograd trace the program as on a
+    GPU, and phantom's backend runs the graphs with Inductor's kernel boundaries. A compiled
+    *function* called where autograd records nothing (no_grad, or the forward/backward of a
+    custom autograd.Function, which is how Megatron's `jit_fuser` functions run) is cheaper to
+    take whole: its pointwise ops are charged as the one fused kernel Inductor makes of them
+    (engine/fusion.py), without tracing, at the node's cost of a compiled call
+    (cuda_api.NODE_HOST_NS). Otherwise Dynamo's guards and AOTAutograd's wrappers run here as
+    on the node and count as the script's host time, while compiling (tracing) counts as none
+    and running a graph costs the node's generated wrapper plus a launch per kernel. If
+    phantom's backend fails on a program (one warning), it runs eagerly."""
+    from phantom.interception.cuda_api import NODE_HOST_NS, node_call
+
+    hide_internals_from_dynamo()
+    exclude_compilation_time(sim)
+    real_compile = torch.compile
+    backend = phantom_backend(sim, NODE_HOST_NS["compiled_graph"])
+
+    def fused(fn: Any) -> Any:
+        @node_call("torch.compile", NODE_HOST_NS["compiled_call"])
+        def region(*args: Any, **kwargs: Any) -> Any:
+            # one call on the node: no Python runs between its kernels there, so the eager
+            # ops' gaps here are phantom's (node_call), and its cost is the node's
+            sim.begin_fused_region()
+            out = None
+            try:
+                out = fn(*args, **kwargs)
+                return out
+            finally:
+                sim.end_fused_region(out)
+
+        return region
+
+    def traced(dynamo_call: Any, eager_call: Any, name: str) -> Any:
+        """A Dynamo entry point with phantom's backend; `eager_call` from the first time
+        phantom's backend fails on it. Dynamo's guards and AOTAutograd's wrappers are the same
+        Python on the node and here: their time is the script's, like any Python's."""
+        state = {"eager": False}
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            if state["eager"]:
+                return eager_call(*args, **kwargs)
+            try:
+                return dynamo_call(*args, **kwargs)
+            except (torch._dynamo.exc.BackendCompilerFailed,
+                    torch._dynamo.exc.InternalTorchDynamoError) as e:
+                # phantom's backend failed (an op the runner cannot take), or Dynamo did on
+                # the simulation's fake tensors (torch.compile of a DDP-wrapped model, whose
+                # graph split re-traces them): not the user's program, which still runs,
+                # eagerly, rather than ending the simulation
+                state["eager"] = True
+                cause = getattr(e, "inner_exception", None) or e
+                warnings.warn(f"phantom: torch.compile could not be simulated for {name} "
+                              f"({type(cause).__name__}: {str(cause)[:200]}); running it eagerly.",
+                              stacklevel=2)
+                return eager_call(*args, **kwargs)
+
+        return call
+
+    def compile_function(fn: Any, options: dict) -> Any:
+        name = getattr(fn, "__qualname__", repr(fn))
+        graph_call = traced(real_compile(fn, backend=backend, **options), fn, name)
+        fused_call = fused(fn)
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if torch.is_grad_enabled() and any(
+                    isinstance(a, torch.Tensor) and a.requires_grad
+                    for a in (*args, *kwargs.values())):
+                return graph_call(*args, **kwargs)
+            return fused_call(*args, **kwargs)
+
+        return run
+
+    def compile_module(module: torch.nn.Module, options: dict) -> torch.nn.Module:
+        compiled = real_compile(module, backend=backend, **options)
+        # OptimizedModule's forward is Dynamo's entry; the module's hooks run outside it, as on
+        # a GPU. Falling back, the original module runs in its place.
+        attr = "_forward" if hasattr(compiled, "_forward") else "forward"
+        setattr(compiled, attr, traced(getattr(compiled, attr), module, type(module).__name__))
+        return compiled
+
+    warned_graphs = []
+
+    def compile(model: Any = None, **kwargs: Any) -> Any:
+        if model is None:
+            return functools.partial(compile, **kwargs)  # @torch.compile(mode=...): the decorator
+        if kwargs.get("backend", "inductor") != "inductor":
+            # another backend ("eager", "aot_eager", the user's own) runs its graphs' ops as
+            # they are, which the simulation times op by op: Dynamo as it is
+            return real_compile(model, **kwargs)
+        mode = kwargs.get("mode") or ""
+        if "reduce-overhead" in mode and not warned_graphs:
+            warned_graphs.append(True)
+            warnings.warn(f"phantom: torch.compile(mode={mode!r}) replays CUDA graphs on a GPU, "
+                          "which phantom does not simulate: kernels are launched one by one "
+                          "(the same GPU time, more host time).", stacklevel=2)
+        # Inductor's settings (mode, options) have no meaning without Inductor
+        options = {k: v for k, v in kwargs.items() if k in ("fullgraph", "dynamic", "disable")}
+        if isinstance(model, torch.nn.Module):
+            return compile_module(model, options)
+        if not callable(model):
+            return model
+        return compile_function(model, options)
+
+    torch.compile = compile

@@ -55,7 +55,7 @@ NODE_HOST_NS = {
     "event_wait": 1_210.0,
     "stream_new": 1_200.0,
     "record_stream": 470.0,  # Tensor.record_stream(s) (patches._patch_record_stream)
-    # A torch.compile'd function called with its graph cached (patches._patch_compile): Dynamo's
+    # A torch.compile'd function called with its graph cached (interception/compiled.py `install`): Dynamo's
     # guards and Inductor's wrapper, 24-26 us a call with one kernel on a lent H200 host
     # (bench/host_compiled_call.py, data/session22/device_compiled_call), less that kernel's
     # launch, which is charged with it (HOST_KERNEL_LAUNCH_NS).

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.utils
 
+from phantom.interception import compiled
+
 if TYPE_CHECKING:
     from phantom.context import Simulation
 
@@ -67,117 +69,6 @@ def _patch_module_apply() -> None:
         return out
 
     torch.nn.Module._apply = _apply
-
-
-def _patch_compile(sim: "Simulation") -> None:
-    """torch.compile needs Triton and a real device to generate kernels. phantom keeps the
-    rest of it (interception/compiled.py): Dynamo and AOTAutograd trace the program as on a
-    GPU, and phantom's backend runs the graphs with Inductor's kernel boundaries. A compiled
-    *function* called where autograd records nothing (no_grad, or the forward/backward of a
-    custom autograd.Function, which is how Megatron's `jit_fuser` functions run) is cheaper to
-    take whole: its pointwise ops are charged as the one fused kernel Inductor makes of them
-    (engine/fusion.py), without tracing, at the node's cost of a compiled call
-    (cuda_api.NODE_HOST_NS). Otherwise Dynamo's guards and AOTAutograd's wrappers run here as
-    on the node and count as the script's host time, while compiling (tracing) counts as none
-    and running a graph costs the node's generated wrapper plus a launch per kernel. If
-    phantom's backend fails on a program (one warning), it runs eagerly."""
-    from phantom.interception.compiled import (exclude_compilation_time, hide_internals_from_dynamo,
-                                               phantom_backend)
-    from phantom.interception.cuda_api import NODE_HOST_NS, node_call
-
-    hide_internals_from_dynamo()
-    exclude_compilation_time(sim)
-    real_compile = torch.compile
-    backend = phantom_backend(sim, NODE_HOST_NS["compiled_graph"])
-
-    def fused(fn: Any) -> Any:
-        @node_call("torch.compile", NODE_HOST_NS["compiled_call"])
-        def region(*args: Any, **kwargs: Any) -> Any:
-            # one call on the node: no Python runs between its kernels there, so the eager
-            # ops' gaps here are phantom's (node_call), and its cost is the node's
-            sim.begin_fused_region()
-            out = None
-            try:
-                out = fn(*args, **kwargs)
-                return out
-            finally:
-                sim.end_fused_region(out)
-
-        return region
-
-    def traced(dynamo_call: Any, eager_call: Any, name: str) -> Any:
-        """A Dynamo entry point with phantom's backend; `eager_call` from the first time
-        phantom's backend fails on it. Dynamo's guards and AOTAutograd's wrappers are the same
-        Python on the node and here: their time is the script's, like any Python's."""
-        state = {"eager": False}
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if state["eager"]:
-                return eager_call(*args, **kwargs)
-            try:
-                return dynamo_call(*args, **kwargs)
-            except (torch._dynamo.exc.BackendCompilerFailed,
-                    torch._dynamo.exc.InternalTorchDynamoError) as e:
-                # phantom's backend failed (an op the runner cannot take), or Dynamo did on
-                # the simulation's fake tensors (torch.compile of a DDP-wrapped model, whose
-                # graph split re-traces them): not the user's program, which still runs,
-                # eagerly, rather than ending the simulation
-                state["eager"] = True
-                cause = getattr(e, "inner_exception", None) or e
-                warnings.warn(f"phantom: torch.compile could not be simulated for {name} "
-                              f"({type(cause).__name__}: {str(cause)[:200]}); running it eagerly.",
-                              stacklevel=2)
-                return eager_call(*args, **kwargs)
-
-        return call
-
-    def compile_function(fn: Any, options: dict) -> Any:
-        name = getattr(fn, "__qualname__", repr(fn))
-        graph_call = traced(real_compile(fn, backend=backend, **options), fn, name)
-        fused_call = fused(fn)
-
-        @functools.wraps(fn)
-        def run(*args: Any, **kwargs: Any) -> Any:
-            if torch.is_grad_enabled() and any(
-                    isinstance(a, torch.Tensor) and a.requires_grad
-                    for a in (*args, *kwargs.values())):
-                return graph_call(*args, **kwargs)
-            return fused_call(*args, **kwargs)
-
-        return run
-
-    def compile_module(module: torch.nn.Module, options: dict) -> torch.nn.Module:
-        compiled = real_compile(module, backend=backend, **options)
-        # OptimizedModule's forward is Dynamo's entry; the module's hooks run outside it, as on
-        # a GPU. Falling back, the original module runs in its place.
-        attr = "_forward" if hasattr(compiled, "_forward") else "forward"
-        setattr(compiled, attr, traced(getattr(compiled, attr), module, type(module).__name__))
-        return compiled
-
-    warned_graphs = []
-
-    def compile(model: Any = None, **kwargs: Any) -> Any:
-        if model is None:
-            return functools.partial(compile, **kwargs)  # @torch.compile(mode=...): the decorator
-        if kwargs.get("backend", "inductor") != "inductor":
-            # another backend ("eager", "aot_eager", the user's own) runs its graphs' ops as
-            # they are, which the simulation times op by op: Dynamo as it is
-            return real_compile(model, **kwargs)
-        mode = kwargs.get("mode") or ""
-        if "reduce-overhead" in mode and not warned_graphs:
-            warned_graphs.append(True)
-            warnings.warn(f"phantom: torch.compile(mode={mode!r}) replays CUDA graphs on a GPU, "
-                          "which phantom does not simulate: kernels are launched one by one "
-                          "(the same GPU time, more host time).", stacklevel=2)
-        # Inductor's settings (mode, options) have no meaning without Inductor
-        options = {k: v for k, v in kwargs.items() if k in ("fullgraph", "dynamic", "disable")}
-        if isinstance(model, torch.nn.Module):
-            return compile_module(model, options)
-        if not callable(model):
-            return model
-        return compile_function(model, options)
-
-    torch.compile = compile
 
 
 def _patch_profiler_cuda_activity() -> None:
@@ -425,7 +316,7 @@ def install(sim: "Simulation") -> None:
     _patch_tolist()
     _patch_fake_gpu_context()
     _patch_fake_cache_storage_args()
-    _patch_compile(sim)
+    compiled.install(sim)  # torch.compile (interception/compiled.py)
     _patch_optimizer_steps(sim)
     _quiet_fake_data_ptr_warning()
     _patch_profiler_cuda_activity()
