@@ -3,7 +3,7 @@ script for real (`torchrun --nproc-per-node 2`) and under phantom (`phantom run
 --nproc-per-node 2`). Four pre-norm GeLU MLP blocks of width 1024, bf16 autocast, fused AdamW,
 a batch of B x 1024 tokens per rank; prints the median step time of steps 3-9 and the peak.
 
-    torchrun --nproc-per-node 2 bench/ddp_compile.py --batch 48 [--compile]
+    torchrun --nproc-per-node 2 bench/ddp_compile.py --batch 48 [--compile [--wrap-first]]
 """
 import argparse
 import statistics
@@ -29,13 +29,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batch", type=int, default=48)
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--wrap-first", action="store_true",
+                   help="torch.compile(DDP(model)) instead of DDP(torch.compile(model))")
     p.add_argument("--steps", type=int, default=10)
     a = p.parse_args()
     dist.init_process_group("nccl")
     rank = dist.get_rank()
     torch.cuda.set_device(rank)
     model = nn.Sequential(*[Block() for _ in range(4)]).cuda()
-    ddp = DDP(torch.compile(model) if a.compile else model, bucket_cap_mb=25)
+    if a.compile and a.wrap_first:
+        ddp = torch.compile(DDP(model, bucket_cap_mb=25))
+    else:
+        ddp = DDP(torch.compile(model) if a.compile else model, bucket_cap_mb=25)
     opt = torch.optim.AdamW(model.parameters(), fused=True)
     x = torch.randn(a.batch, 1024, 1024, device="cuda")
     times = []
@@ -51,7 +56,7 @@ def main() -> None:
         if step >= 3:
             times.append((time.perf_counter() - t0) * 1e3)
     if rank == 0:
-        print(f"summary: compile={int(a.compile)} batch={a.batch} median_step_ms={statistics.median(times):.2f} "
+        print(f"summary: compile={int(a.compile)} wrap_first={int(a.wrap_first)} batch={a.batch} median_step_ms={statistics.median(times):.2f} "
               f"peak_alloc_gib={torch.cuda.max_memory_allocated() / 2**30:.2f}", flush=True)
     dist.destroy_process_group()
 

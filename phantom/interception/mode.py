@@ -153,6 +153,15 @@ class PhantomMode(FakeTensorMode):
         sim = self.sim
         if self._depth:
             return self.dispatch(func, types, args, kwargs)
+        first = args[0] if args else None
+        if isinstance(first, FakeTensor) and first.fake_mode is not self:
+            # A tracer's fake tensor (Dynamo's, AOTAutograd's) met outside its own mode: the
+            # meta converter fakes up autograd history for a non-leaf input with an op run
+            # under whatever mode is ambient, which is this one (torch.compile of a DDP
+            # module feeds one compiled graph's output to the next frame). It belongs to its
+            # tracer, not to the simulated device: this mode would adopt it as its own.
+            with first.fake_mode:
+                return func(*args, **kwargs)
         if func in _METADATA_OPS:
             # Reaching here cost host time a real run does not spend: account for it.
             sim.begin_op(func, dispatched=True)
