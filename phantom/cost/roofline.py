@@ -84,6 +84,10 @@ ATTENTION_OPS: dict[str, tuple[str, bool]] = {
     "_efficient_attention_forward": ("BSHD", False),
     "_efficient_attention_backward": ("BSHD", True),
 }
+# FlexAttention's higher-order ops (torch._higher_order_ops.flex_attention): name -> backward.
+# Arguments: query, key, value, then (forward) score_mod, block_mask or (backward) out,
+# logsumexp, grad_out, grad_logsumexp, fw_graph, joint_graph, block_mask.
+FLEX_ATTENTION_OPS = {"flex_attention": False, "flex_attention_backward": True}
 NORM_OPS = frozenset({
     "native_layer_norm", "native_layer_norm_backward", "_fused_rms_norm", "_fused_rms_norm_backward", "rms_norm",
     "native_batch_norm", "native_batch_norm_backward", "_native_batch_norm_legit",
@@ -304,6 +308,42 @@ def attention_work(batch: int, heads: int, sq: int, sk: int, d: int, dv: int, ca
     return full * causal_keep_fraction(sq, sk), full * causal_keep_fraction(sq, sk, FLASH_TILE)
 
 
+FLEX_BLOCK_COUNTS_ATTR = "_phantom_block_counts"  # interception/attention.py sets it
+
+
+def _flex_counts(mask: tuple) -> dict | None:
+    return getattr(mask[2], FLEX_BLOCK_COUNTS_ATTR, None) if len(mask) > 2 else None
+
+
+def flex_cta_blocks(mask: tuple, bwd: bool) -> list[float] | None:
+    """Blocks each CTA of one (batch, head) walks under a FlexAttention block mask, averaged
+    over the mask's batch and head dimensions: forward CTAs own a query block and walk its
+    partial and full key blocks, backward CTAs own a key block and walk query blocks. None
+    where the mask's counts are unknown."""
+    counts = _flex_counts(mask)
+    if counts is None:
+        return None
+    names = ("q_num_blocks", "full_q_num_blocks") if bwd else ("kv_num_blocks", "full_kv_num_blocks")
+    per_row = None
+    for name in names:
+        t = counts.get(name)
+        if t is not None:
+            t = t.double().reshape(-1, t.shape[-1]).mean(0)
+            per_row = t if per_row is None else per_row + t
+    return None if per_row is None else per_row.tolist()
+
+
+def flex_mask_key(mask: tuple) -> Any:
+    counts = _flex_counts(mask)
+    if counts is None:
+        return None
+    key = counts.get("key")
+    if key is None:
+        key = counts["key"] = hash(tuple(tuple(t.flatten().tolist()) for n, t in sorted(counts.items())
+                                         if isinstance(t, torch.Tensor)))
+    return key
+
+
 SCHEDULE_SIM_LIMIT = 4096  # CTAs up to which the causal schedule is simulated exactly
 
 
@@ -346,18 +386,23 @@ def schedule_util(per_head: list[int], heads: int, sms: int) -> tuple[float, flo
 
 
 def attention_efficiency(curve: AttnCurve, sms: int, batch: int, heads: int, sq: int, sk: int, d: int,
-                         causal: bool, bwd: bool) -> float:
+                         causal: bool, bwd: bool, cta_work: list[float] | None = None) -> float:
+    """cta_work: tiles each CTA of one (batch, head) walks, where a block mask decides them."""
     nq, nk = math.ceil(sq / curve.tile), math.ceil(sk / curve.tile)
-    util, mean_tiles = schedule_util(attention_cta_work(nq, nk, causal, bwd), batch * heads, sms)
+    if cta_work is None:
+        cta_work = attention_cta_work(nq, nk, causal, bwd)
+    util, mean_tiles = schedule_util(cta_work, batch * heads, sms)
     loop_len = mean_tiles * curve.tile  # sequence length one CTA walks
     return (curve.eff_max * util ** curve.wave_gamma
             * loop_len / (loop_len + curve.s_half) * d / (d + curve.d_half))
 
 
 def attention_time_ns(curve: AttnCurve, gpu: GPUSpec, prec: str, batch: int, heads: int, sq: int, sk: int,
-                      d: int, causal: bool, bwd: bool, work_flops: float, nbytes: float) -> float:
+                      d: int, causal: bool, bwd: bool, work_flops: float, nbytes: float,
+                      cta_work: list[float] | None = None) -> float:
     """work_flops: flops the kernel executes (causal counted at tile granularity)."""
-    eff = max(attention_efficiency(curve, gpu.sm_count, batch, heads, sq, sk, d, causal, bwd), 1e-4)
+    eff = max(attention_efficiency(curve, gpu.sm_count, batch, heads, sq, sk, d, causal, bwd,
+                                   cta_work), 1e-4)
     peak = gpu.peak_tflops(prec) * 1e12
     t_compute = work_flops / (peak * eff)
     t_memory = nbytes / (gpu.hbm_gbps * 1e9 * curve.mem_eff)
@@ -575,7 +620,7 @@ def classify(func: Any) -> OpInfo:
         return info(None)
     if name in GEMM_OPS:
         return info("gemm", tf32_sensitive=True)
-    if name in ATTENTION_OPS:
+    if name in ATTENTION_OPS or name in FLEX_ATTENTION_OPS:
         return info("attention")
     if name in CONV_OPS:
         return info("conv", tf32_sensitive=True)
@@ -687,6 +732,8 @@ class RooflineCostModel:
         key: tuple = (func, sig(args), tuple((k, _sig(v)) for k, v in kwargs.items()) if kwargs else None)
         if info.name in TRANSFER_OPS:
             key += (_sig_dev((args, tuple(kwargs.values()) if kwargs else ())),)
+        if info.name in FLEX_ATTENTION_OPS:  # same shapes, another mask: other work
+            key += (flex_mask_key(args[9] if FLEX_ATTENTION_OPS[info.name] else args[4]),)
         if info.tf32_sensitive and _has_fp32(key[1]):
             key += (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
         return key
@@ -805,6 +852,8 @@ class RooflineCostModel:
         return None
 
     def _attention(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:
+        if info.name in FLEX_ATTENTION_OPS:
+            return self._flex_attention(info, a, out)
         layout, bwd = ATTENTION_OPS[info.name]
         q, k, v = a.get("query"), a.get("key"), a.get("value")
         causal = bool(a.get("is_causal", False)) or _as_int(a.get("custom_mask_type", 0) or 0) != 0
@@ -825,6 +874,34 @@ class RooflineCostModel:
         prec = _precision(q.dtype, "attention")
         curve = self.cal.attn_curve(_attention_backend(info.name), bwd)
         ns = attention_time_ns(curve, self.gpu, prec, b, hq, sq, sk, d, causal, bwd, work, nbytes)
+        return self._cost(ns, "attention", flops, nbytes)
+
+    def _flex_attention(self, info: OpInfo, a: _Args, out: Any) -> KernelCost:
+        """FlexAttention's generated kernel: flash attention over the blocks its block mask
+        keeps, on the flash curve (FlexAttention's Triton kernel reaches about 90% of
+        FlashAttention-2 forward and 85% backward on Hopper, PyTorch's FlexAttention post;
+        bench/flex_attention.py checks it against the real kernel). Per-CTA work comes from the
+        mask's block counts where they are known (interception/attention.py computes them);
+        an unknown mask (none given, or one built from the data) is charged dense."""
+        bwd = FLEX_ATTENTION_OPS[info.name]
+        q, k, v = a.args[0], a.args[1], a.args[2]
+        mask = a.args[9] if bwd else a.args[4]
+        b, hq, sq, d = _dims(q)
+        sk, dv = _dims(k)[2], _dims(v)[3]
+        per_pair = 2.0 * (3 * d + 2 * dv) if bwd else 2.0 * (d + dv)
+        full = b * hq * sq * sk * per_pair
+        curve = self.cal.attn_curve("flash", bwd)
+        rows = flex_cta_blocks(mask, bwd)
+        cta_work, density = None, 1.0
+        if rows is not None:
+            block = mask[-2] if not bwd else mask[-3]  # the walked dimension's block size
+            other = math.ceil((sk if not bwd else sq) / block)
+            density = sum(rows) / (len(rows) * other) if rows and other else 1.0
+            cta_work = [r * block / curve.tile for r in rows]
+        flops = full * density
+        nbytes = sum(_tensor_bytes(t) for t in (q, k, v)) + sum(_tensor_bytes(t) for t in _tensors(out))
+        ns = attention_time_ns(curve, self.gpu, _precision(q.dtype, "attention"), b, hq, sq, sk, d,
+                               False, bwd, flops, nbytes, cta_work)
         return self._cost(ns, "attention", flops, nbytes)
 
     def _mta(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost | None:

@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensor
 
+from phantom.cost.roofline import FLEX_BLOCK_COUNTS_ATTR
+
 aten = torch.ops.aten
 _original_sdpa = F.scaled_dot_product_attention
 
@@ -116,7 +118,65 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                           is_causal=is_causal, scale=scale, enable_gqa=False)
 
 
+BLOCK_MASK_CPU_LIMIT = 1 << 28  # mask elements (B x H x Q x KV) evaluated here at most
+
+
+def _block_counts(create: Any, bound: Any) -> dict | None:
+    """The block counts of the mask `create_block_mask` builds, computed for real on the CPU.
+
+    On a GPU the mask function is evaluated on the device and the counts are real; here its
+    values would be unknown. Mask functions of positions alone (causal, sliding window,
+    prefix) evaluate on the CPU the same; one that reads device tensors (document ids of a
+    batch) cannot be, and its mask stays unknown (flex_attention charged dense)."""
+    args = bound.arguments
+    elements = (args.get("B") or 1) * (args.get("H") or 1) * args["Q_LEN"] * args["KV_LEN"]
+    if elements > BLOCK_MASK_CPU_LIMIT:
+        return None
+    try:
+        mask = create(**{**args, "device": "cpu", "_compile": False})
+    except Exception:  # noqa: BLE001 - a mask function that needs its device tensors
+        return None
+    counts = {}
+    for name in ("kv_num_blocks", "full_kv_num_blocks", "q_num_blocks", "full_q_num_blocks"):
+        t = getattr(mask, name, None)
+        if t is not None:
+            if isinstance(t, FakeTensor):
+                return None
+            counts[name] = t.clone()
+    return counts
+
+
+def _patch_create_block_mask() -> None:
+    """`create_block_mask` on the simulated device runs as on a GPU (its kernels and memory are
+    simulated, its values unknown) and once more on the CPU for the block counts, which decide
+    FlexAttention's work. The CPU pass is phantom's time, not the script's."""
+    import inspect
+
+    from torch.nn.attention import flex_attention as flex
+
+    from phantom.interception.cuda_api import node_call
+
+    create = flex.create_block_mask
+    signature = inspect.signature(create)
+    counts_on_cpu = node_call("create_block_mask (phantom's CPU pass)", 0.0)(_block_counts)
+
+    @functools.wraps(create)
+    def create_block_mask(*args: Any, **kwargs: Any) -> Any:
+        mask = create(*args, **kwargs)
+        if isinstance(mask.kv_num_blocks, FakeTensor):
+            bound = signature.bind(*args, **kwargs)
+            counts = counts_on_cpu(create, bound)
+            if counts is not None:
+                # an attribute of the simulated kv_num_blocks tensor, which flex_attention's
+                # higher-order ops receive, eagerly and as a compiled graph's input alike
+                setattr(mask.kv_num_blocks, FLEX_BLOCK_COUNTS_ATTR, counts)
+        return mask
+
+    flex.create_block_mask = create_block_mask
+
+
 def install() -> None:
+    _patch_create_block_mask()
     # the simulated GPU's architecture, read once: Dynamo cannot trace phantom's torch.cuda
     major = torch.cuda.get_device_capability()[0]
 
