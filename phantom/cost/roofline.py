@@ -890,7 +890,7 @@ class RooflineCostModel:
         sk, dv = _dims(k)[2], _dims(v)[3]
         per_pair = 2.0 * (3 * d + 2 * dv) if bwd else 2.0 * (d + dv)
         full = b * hq * sq * sk * per_pair
-        curve = self.cal.attn_curve("flash", bwd)
+        curve = self.cal.attn_curve("flex", bwd)  # flash's where no flex curve was measured
         rows = flex_cta_blocks(mask, bwd)
         cta_work, density = None, 1.0
         if rows is not None:
@@ -899,7 +899,8 @@ class RooflineCostModel:
             density = sum(rows) / (len(rows) * other) if rows and other else 1.0
             cta_work = [r * block / curve.tile for r in rows]
         flops = full * density
-        nbytes = sum(_tensor_bytes(t) for t in (q, k, v)) + sum(_tensor_bytes(t) for t in _tensors(out))
+        read = (q, k, v, a.args[3], a.args[5]) if bwd else (q, k, v)  # backward: out, grad_out
+        nbytes = sum(_tensor_bytes(t) for t in _tensors(read)) + sum(_tensor_bytes(t) for t in _tensors(out))
         ns = attention_time_ns(curve, self.gpu, _precision(q.dtype, "attention"), b, hq, sq, sk, d,
                                False, bwd, flops, nbytes, cta_work)
         return self._cost(ns, "attention", flops, nbytes)
