@@ -44,6 +44,9 @@ def measure(shape: tuple[int, int, int, int], mask_name: str) -> dict:
                for _ in range(3))
     grad = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
     mask = create_block_mask(mask_mod(mask_name), None, None, s, s, device="cuda")
+    # a fresh compile per config: past Dynamo's recompile limit (8 shapes or masks of one
+    # function) flex_attention silently runs its unfused eager path
+    torch._dynamo.reset()
     flex = torch.compile(flex_attention)
 
     def timed(fn) -> float:

@@ -53,6 +53,9 @@ def measure(b: int, h: int, s: int, d: int, causal: bool) -> list[dict]:
     grad = torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
     mask = create_block_mask((lambda b_, h_, qi, ki: qi >= ki) if causal else (lambda b_, h_, qi, ki: qi >= 0),
                              None, None, s, s, device="cuda")
+    # a fresh compile per config: past Dynamo's recompile limit (8 shapes or masks of one
+    # function) flex_attention silently runs its unfused eager path
+    torch._dynamo.reset()
     flex = torch.compile(flex_attention)
     fwd = _timed_us(lambda: flex(q, k, v, block_mask=mask))
     step = _timed_us(lambda: flex(q, k, v, block_mask=mask).backward(grad))
