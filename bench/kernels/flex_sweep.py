@@ -8,16 +8,16 @@ keeps other shapes and masks (sliding window, prefix LM) out of the fit, to chec
 
     python bench/kernels/flex_sweep.py --out $OUT/flex_sweep_H200.json      # on the GPU
 
-Method: ten calls back to back between CUDA events after three warm-up calls, the median of
-three such blocks; forward is the training forward (inputs require grad: the kernel also
-writes the log-sum-exp), backward is a forward + backward step less the forward. bf16.
+Method: the profiler's GPU kernel time per call over five calls after three warm-up calls;
+forward is the training forward (inputs require grad: the kernel also writes the log-sum-exp),
+backward is a forward + backward step's kernels less the forward's (gradients set to None
+first, so no accumulation kernels). bf16.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
 import json
-import statistics
 
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
@@ -27,24 +27,23 @@ GRID = [  # batch, heads, sequence, head dim
     (16, 16, 512, 128), (4, 32, 1024, 128), (2, 32, 2048, 128), (1, 16, 4096, 128),
     (1, 16, 16384, 128),
 ]
-REPS = 10
 
 
-def _block_time_ms(fn) -> float:
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(REPS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / REPS
+def _kernel_us(fn, calls: int = 5) -> float:
+    """GPU kernel time per call, from the profiler: a compiled call's host work (Dynamo's
+    guards, AOTAutograd's wrappers: ~0.2 ms a call on the lent hosts) would otherwise be
+    what CUDA events time for the smaller shapes."""
+    from torch.profiler import ProfilerActivity, profile
 
-
-def _timed_us(fn) -> float:
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    return statistics.median(_block_time_ms(fn) for _ in range(3)) * 1e3
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.device_time for e in kernels) / calls
 
 
 def measure(b: int, h: int, s: int, d: int, causal: bool) -> list[dict]:
@@ -57,12 +56,16 @@ def measure(b: int, h: int, s: int, d: int, causal: bool) -> list[dict]:
     # function) flex_attention silently runs its unfused eager path
     torch._dynamo.reset()
     flex = torch.compile(flex_attention)
-    fwd = _timed_us(lambda: flex(q, k, v, block_mask=mask))
-    step = _timed_us(lambda: flex(q, k, v, block_mask=mask).backward(grad))
+    def step() -> None:
+        q.grad = k.grad = v.grad = None  # no accumulation kernels: the backward graph's alone
+        flex(q, k, v, block_mask=mask).backward(grad)
+
+    fwd = _kernel_us(lambda: flex(q, k, v, block_mask=mask))
+    step_us = _kernel_us(step)
     io = 2.0 * b * h * s * d  # one bf16 [b, h, s, d] tensor
     lse = 4.0 * b * h * s
     rows = []
-    for bwd, us, nbytes in ((False, fwd, 4 * io + lse), (True, step - fwd, 8 * io + lse)):
+    for bwd, us, nbytes in ((False, fwd, 4 * io + lse), (True, step_us - fwd, 8 * io + lse)):
         rows.append({"op": "flex_attention_backward" if bwd else "flex_attention", "class": "attention",
                      "dtype": "bf16", "median_us": round(us, 3), "bytes": nbytes,
                      "params": {"B": b, "Hq": h, "Hkv": h, "Sq": s, "Sk": s, "D": d, "causal": causal,
@@ -82,7 +85,7 @@ def main() -> None:
     meta = {"gpu": torch.cuda.get_device_name(0).replace("NVIDIA ", "").split(" ")[0],
             "device_name": torch.cuda.get_device_name(0), "torch": torch.__version__,
             "cuda": torch.version.cuda, "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "method": "10 calls between CUDA events, 3 warm-up calls, median of 3 blocks; bwd = step - fwd; bf16"}
+            "method": "profiler kernel time per call, 5 calls after 3 warm-up; bwd = step - fwd; bf16"}
     with open(args.out, "w") as f:
         json.dump({"meta": meta, "rows": rows}, f, indent=1)
 
