@@ -339,7 +339,7 @@ def flex_mask_key(mask: tuple) -> Any:
         return None
     key = counts.get("key")
     if key is None:
-        key = counts["key"] = hash(tuple(tuple(t.flatten().tolist()) for n, t in sorted(counts.items())
+        key = counts["key"] = hash(tuple(tuple(t.flatten().tolist()) for _, t in sorted(counts.items())
                                          if isinstance(t, torch.Tensor)))
     return key
 
