@@ -69,7 +69,8 @@ D2H_SYNC_NS = 12_000.0
 # "transfer" rows): pinned 52.6 GB/s both ways; pageable 8.5 GB/s H2D, 10.4 GB/s D2H.
 # A pinned + non_blocking H2D copy runs on the copy engine and leaves the host free; a
 # pageable copy is staged through a bounce buffer and blocks the host.
-PCIE_GBPS = 10.4  # D2H reads (.cpu(), .item()) come from pageable memory
+PCIE_GBPS = 10.4  # D2H reads into pageable memory (.cpu(), .item())
+D2H_PINNED_GBPS = 52.6  # into page-locked memory (copy_ into a pinned buffer, .to("cpu", non_blocking=True))
 H2D_PINNED_GBPS = 52.6
 H2D_PAGEABLE_GBPS = 8.5
 _H2D_OPS = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)
@@ -538,7 +539,9 @@ class Simulation:
         if not isinstance(src, torch.Tensor) or src.device.type != "cpu":
             return False
         non_blocking = kwargs.get("non_blocking", False) or (len(args) > 2 and bool(args[2]))
-        pinned = non_blocking and _is_pinned(src)
+        # the copy engine reads page-locked memory at full speed whether or not the host
+        # waits; only a pinned, non_blocking copy leaves the host free
+        pinned = _is_pinned(src)
         nbytes = src.numel() * src.element_size()
         copy_ns = 2_000.0 + nbytes / (H2D_PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
         h0 = self.timeline.host_ns
@@ -549,27 +552,31 @@ class Simulation:
         if self.recorder is not None:
             self.recorder.kernel("Memcpy HtoD" + (" (pinned)" if pinned else ""), "copy", "model",
                                  stream_id, start, end, h0, self.timeline.host_ns, (src,))
-        if not pinned:
+        if not (pinned and non_blocking):
             h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
             if self.recorder is not None:
-                self.recorder.host_span("HtoD copy (pageable)", h1, self.timeline.host_ns, "sync")
+                self.recorder.host_span("HtoD copy" + ("" if pinned else " (pageable)"), h1,
+                                        self.timeline.host_ns, "sync")
         return True
 
-    def on_data_read(self, t: torch.Tensor, blocking: bool, what: str) -> None:
+    def on_data_read(self, t: torch.Tensor, blocking: bool, what: str, pinned: bool = False) -> None:
+        """A device-to-host copy of `t`; `pinned`: into page-locked memory (the copy engine's
+        full speed), else into pageable memory through a staging buffer."""
         self._end_fused_kernel(None)  # a read inside a compiled function waits for its kernel
         self.data_reads += 1
         if self.options.on_data_read == "error":
             data_reads.raise_data_read(what)
         stream_id = self._current_stream_id()
         nbytes = t.numel() * t.element_size()
-        copy_ns = 2_000.0 + nbytes / PCIE_GBPS
+        copy_ns = 2_000.0 + nbytes / (D2H_PINNED_GBPS if pinned else PCIE_GBPS)
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
         self.class_gpu_ns["copy"] += copy_ns
         if self.recorder is not None:
-            self.recorder.kernel("Memcpy DtoH", "copy", "model", stream_id, start, end, h0,
+            self.recorder.kernel("Memcpy DtoH" + (" (pinned)" if pinned else ""), "copy", "model",
+                                 stream_id, start, end, h0,
                                  self.timeline.host_ns, (t,))
         if blocking:
             h1 = self.timeline.host_ns

@@ -237,14 +237,15 @@ def placeholder_scalar(t: torch.Tensor) -> bool | int | float | complex:
     return int(hint) if hint is not None else 1
 
 
-def placeholder_cpu_tensor(t: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """A real CPU tensor with t's shape: its shadow values if it has them, else filled with
-    the placeholder value."""
+def placeholder_cpu_tensor(t: torch.Tensor, dtype: torch.dtype | None = None,
+                           pinned: bool = False) -> torch.Tensor:
+    """A real CPU tensor with t's shape (page-locked if `pinned`): its shadow values if it has
+    them, else filled with the placeholder value."""
+    out = torch.empty(tuple(t.shape), dtype=dtype or t.dtype, device="cpu", pin_memory=pinned)
     shadow = getattr(t, SHADOW_ATTR, None)
     if shadow is not None:
-        return shadow.to(dtype or t.dtype).clone()
-    value = placeholder_scalar(t)
-    return torch.full(tuple(t.shape), value, dtype=dtype or t.dtype, device="cpu")
+        return out.copy_(shadow)
+    return out.fill_(placeholder_scalar(t))
 
 
 def user_frame_summary() -> str:

@@ -227,14 +227,19 @@ class PhantomMode(FakeTensorMode):
         if func is aten._to_copy.default and isinstance(args[0], FakeTensor) \
                 and _wants_cpu(kwargs.get("device")) and args[0].device.type == "cuda":
             src = args[0]
-            self.sim.on_data_read(src, blocking=not kwargs.get("non_blocking", False),
+            # torch pins the output of a non_blocking device-to-host _to_copy
+            # (aten/src/ATen/native/TensorConversions.cpp, `pin_out`)
+            non_blocking = bool(kwargs.get("non_blocking", False))
+            self.sim.on_data_read(src, blocking=not non_blocking, pinned=non_blocking,
                                   what="a device-to-host copy (.cpu() / .to('cpu'))")
-            return data_reads.placeholder_cpu_tensor(src, kwargs.get("dtype"))
+            return data_reads.placeholder_cpu_tensor(src, kwargs.get("dtype"), pinned=non_blocking)
         if func is aten.copy_.default and not isinstance(args[0], FakeTensor) \
                 and isinstance(args[1], FakeTensor) and args[1].device.type == "cuda":
             dst, src = args[0], args[1]
-            self.sim.on_data_read(src, blocking=not (len(args) > 2 and args[2]),
-                                  what="a device-to-host copy_()")
+            pinned = dst.is_pinned()
+            # into pageable memory CUDA copies synchronously, non_blocking or not
+            self.sim.on_data_read(src, blocking=not (len(args) > 2 and args[2] and pinned),
+                                  pinned=pinned, what="a device-to-host copy_()")
             with torch._subclasses.fake_tensor.unset_fake_temporarily():
                 shadow = data_reads.shadow_of(src)
                 if shadow is not None and shadow.numel() == dst.numel():
