@@ -526,11 +526,14 @@ def test_pinned_host_memory_as_on_a_gpu_machine(run_script):
         pageable_ms = d2h_ms(lambda: torch.empty(64 * MiB // 4).copy_(g))
         print("d2h_pinned_faster=", pinned_ms < 0.5 * pageable_ms)
         print("d2h_non_blocking_pinned=", g.to("cpu", non_blocking=True).is_pinned())
+        # freed pinned blocks are cached by power-of-two size, as PyTorch's host allocator does
+        b = torch.empty(1000, pin_memory=True); ptr = b.data_ptr(); del b
+        print("pinned_reused=", torch.empty(900, pin_memory=True).data_ptr() == ptr)
     """, "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert _values(proc.stdout) == {"pinned": "True True False", "factory": "True", "loader": "True",
                                     "pinned_faster": "True", "d2h_pinned_faster": "True",
-                                    "d2h_non_blocking_pinned": "True"}
+                                    "d2h_non_blocking_pinned": "True", "pinned_reused": "True"}
 
 
 def test_profiler_with_cuda_activity_records_the_cpu_side_quietly(run_script):

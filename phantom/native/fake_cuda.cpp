@@ -107,14 +107,31 @@ C10_REGISTER_GUARD_IMPL(CUDA, FakeCUDAGuardImpl)
 // pin_memory=True, the buffers DDP's reducer and FSDP's CPU offload allocate) is ordinary CPU
 // memory here: no driver can lock it, and nothing needs it locked, since no DMA reads it. The
 // allocator remembers its blocks so `is_pinned()` (isPinnedPtr) answers as on a GPU machine,
-// and phantom times an H2D copy from such a tensor as a pinned transfer.
+// and phantom times a copy to or from such a tensor as a pinned transfer.
+//
+// Like PyTorch's CachingHostAllocator (aten/src/ATen/core/CachingHostAllocator.h) it rounds
+// sizes up to a power of two and keeps freed blocks for reuse: on a GPU machine a training loop
+// that pins a buffer a step (activation offloading, a pinning DataLoader) allocates from that
+// cache after its first step. Freeing to the system here instead would make every step pay
+// this machine's page faults and unmapping, which the script's host time would count.
 class FakePinnedAllocator final : public c10::Allocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
-    void* data = nbytes == 0 ? nullptr : c10::alloc_cpu(nbytes);
-    if (data != nullptr) {
+    if (nbytes == 0) return {nullptr, nullptr, &free_block, c10::Device(c10::DeviceType::CPU)};
+    size_t size = round_size(nbytes);
+    void* data = nullptr;
+    {
       std::lock_guard<std::mutex> lock(mutex_);
-      blocks_[reinterpret_cast<uintptr_t>(data)] = nbytes;
+      auto it = free_.find(size);
+      if (it != free_.end()) {
+        data = it->second;
+        free_.erase(it);
+      }
+    }
+    if (data == nullptr) data = c10::alloc_cpu(size);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      blocks_[reinterpret_cast<uintptr_t>(data)] = size;
     }
     return {data, data, &free_block, c10::Device(c10::DeviceType::CPU)};
   }
@@ -132,13 +149,20 @@ class FakePinnedAllocator final : public c10::Allocator {
   }
 
  private:
+  static size_t round_size(size_t nbytes) {
+    size_t size = 1;
+    while (size < nbytes) size <<= 1;
+    return size;
+  }
+
   static void free_block(void* data) {
     if (data == nullptr) return;
-    {
-      std::lock_guard<std::mutex> lock(instance().mutex_);
-      instance().blocks_.erase(reinterpret_cast<uintptr_t>(data));
-    }
-    c10::free_cpu(data);
+    FakePinnedAllocator& self = instance();
+    std::lock_guard<std::mutex> lock(self.mutex_);
+    auto it = self.blocks_.find(reinterpret_cast<uintptr_t>(data));
+    if (it == self.blocks_.end()) return;
+    self.free_.emplace(it->second, data);  // cached, as PyTorch's host allocator does
+    self.blocks_.erase(it);
   }
 
  public:
@@ -150,6 +174,7 @@ class FakePinnedAllocator final : public c10::Allocator {
  private:
   mutable std::mutex mutex_;
   std::map<uintptr_t, size_t> blocks_;  // start -> size of each live pinned block
+  std::multimap<size_t, void*> free_;   // size -> cached free blocks
 };
 
 struct FakeCUDAHooks final : public at::CUDAHooksInterface {
