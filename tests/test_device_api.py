@@ -659,3 +659,22 @@ def test_gradient_clipping_takes_the_foreach_path_as_on_a_gpu(run_script):
     assert calls.get("_foreach_norm.Scalar") == 1 and calls.get("_foreach_mul_.Tensor") == 1
     assert "linalg_vector_norm.default" not in calls or calls["linalg_vector_norm.default"] <= 1
     assert calls.get("_foreach_clamp_min_.Scalar") == 1 and calls.get("_foreach_clamp_max_.Scalar") == 1
+
+
+def test_assigning_data_across_the_device_keeps_the_tensor(run_script):
+    # `tensor.data = tensor.to(device)` (FSDP2 moving a CPU-built model, other frameworks
+    # moving parameters): on a GPU the object, its attributes and requires_grad stay and
+    # the storage moves; the tensor then works on its new device.
+    proc, _ = run_script("""
+        import torch, torch.nn as nn
+        p = nn.Parameter(torch.randn(4, 4)); p.tag = "kept"; before = id(p)
+        p.data = p.to("cuda")
+        print("moved=", p.device.type, id(p) == before, isinstance(p, nn.Parameter), p.tag, p.requires_grad)
+        (p * 2).sum().backward()
+        print("grad=", p.grad.device.type)
+        p.data = p.detach().cpu()
+        print("back=", p.device.type, id(p) == before, isinstance(p, nn.Parameter))
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout) == {"moved": "cuda True True kept True", "grad": "cuda",
+                                    "back": "cpu True True"}

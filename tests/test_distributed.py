@@ -367,3 +367,27 @@ def test_ddp_and_torch_compile_in_either_order(tmp_path):
     # the compiled steps fuse the LayerNorm and GeLU work; either order gives the same plan
     assert inner < eager and outer < eager, (eager, inner, outer)
     assert abs(outer - inner) / inner < 0.1, (inner, outer)
+
+
+FSDP2_CPU_BUILT = """
+import torch, torch.nn as nn, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("nccl")
+rank = dist.get_rank(); torch.cuda.set_device(rank)
+model = nn.Sequential(*[nn.Linear(1024, 1024) for _ in range(4)])  # built on the CPU
+for layer in model:
+    fully_shard(layer)
+fully_shard(model)  # moves the states to the GPU: tensor.data = tensor.to(device)
+opt = torch.optim.AdamW(model.parameters())
+for _ in range(2):
+    model(torch.randn(8, 1024, device="cuda")).sum().backward()
+    opt.step(); opt.zero_grad()
+print(f"rank{rank} ok device={next(model.parameters()).device.type}")
+dist.destroy_process_group()
+"""
+
+
+def test_fsdp2_shards_a_model_built_on_the_cpu(tmp_path):
+    proc = _run(tmp_path, FSDP2_CPU_BUILT, "--tee", "all")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rank0 ok device=cuda" in proc.stdout and "rank1 ok device=cuda" in proc.stdout

@@ -25,7 +25,10 @@ class _WeakrefForSwap:
     `.to(dtype)`, `.half()`, `.bfloat16()`, `.cuda()`) swaps FakeTensor parameters, and every
     fake tensor has weakrefs from FakeTensorMode's memo, which maps meta tensors that stay put,
     so a swap cannot corrupt it. (phantom's own memory tracking follows storages, which a
-    swap leaves where they are.) The check is skipped for fake tensors only."""
+    swap leaves where they are.) The check is skipped for fake tensors only, and, for a real
+    tensor, for the identity-keyed memos of fake-tensor conversion (`torch.utils.weak.WeakIdRef`:
+    the simulation's mode converted it once to compute `.to("cuda")`); a swap keeps the
+    object's identity, and nothing converts it from real again."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(weakref, name)
@@ -33,8 +36,11 @@ class _WeakrefForSwap:
     @staticmethod
     def getweakrefs(obj: Any) -> list:
         from torch._subclasses.fake_tensor import FakeTensor
+        from torch.utils.weak import WeakIdRef
 
-        return [] if isinstance(obj, FakeTensor) else weakref.getweakrefs(obj)
+        if isinstance(obj, FakeTensor):
+            return []
+        return [r for r in weakref.getweakrefs(obj) if not isinstance(r, WeakIdRef)]
 
 
 def _patch_swap_tensors() -> None:
@@ -69,6 +75,38 @@ def _patch_module_apply() -> None:
         return out
 
     torch.nn.Module._apply = _apply
+
+
+def _patch_tensor_data_setter() -> None:
+    """`tensor.data = other` where one of the two is a simulated CUDA tensor and the other a
+    real CPU tensor. FSDP2's `fully_shard` on a model built on the CPU moves its states with
+    `tensor.data = tensor.to(device)` (torch/distributed/fsdp/_fully_shard/_fsdp_init.py
+    `_move_states_to_device`), as other frameworks move parameters. On a GPU the tensor keeps
+    its Python identity and takes the new storage. Here the setter would give a real CPU
+    Parameter a fake tensor's meta storage and CUDA device without making it a fake tensor:
+    its next op reaches a CUDA kernel that a CPU build lacks (`Could not run 'aten::as_strided'
+    with arguments from the 'CUDA' backend`). Swapping the two tensors instead
+    (`torch.utils.swap_tensors`, what `Module._apply` does for fake parameters) keeps the
+    object, its Python attributes and requires_grad, and makes it the other kind."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    descriptor = torch._C.TensorBase.data
+    real_set = descriptor.__set__
+
+    def set_data(self: torch.Tensor, value: torch.Tensor) -> None:
+        if isinstance(value, torch.Tensor) and isinstance(value, FakeTensor) != isinstance(self, FakeTensor):
+            attrs = self.__dict__.copy()
+            if isinstance(self, torch.nn.Parameter):
+                new = torch.nn.Parameter(value, requires_grad=self.requires_grad)
+            else:
+                new = value.detach().requires_grad_(self.requires_grad)
+            torch.utils.swap_tensors(self, new)
+            for name, attr in attrs.items():
+                self.__dict__.setdefault(name, attr)
+            return
+        real_set(self, value)
+
+    torch.Tensor.data = property(descriptor.__get__, set_data, doc=descriptor.__doc__)
 
 
 def _patch_profiler_cuda_activity() -> None:
@@ -309,6 +347,7 @@ def install(sim: "Simulation") -> None:
     _register_fused_cuda_kernels()
     _patch_swap_tensors()
     _patch_module_apply()
+    _patch_tensor_data_setter()
     _patch_optimizer_defaults()
     _patch_dtensor_shape_propagation()
     _patch_storage_resize(sim)
