@@ -30,6 +30,7 @@ from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
+from phantom.memory.history import MemoryHistory
 from phantom.native.build import cache_dir, storage_address_setter
 
 REAL_NS = time.perf_counter_ns  # bound before any patching
@@ -139,6 +140,7 @@ class Simulation:
         self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops,
                                           use_shipped=options.shipped_db)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
+        self.memory_history = MemoryHistory(self.allocator, lambda: self.timeline.host_ns)
         self.op_stats: dict[str, OpStats] = defaultdict(OpStats)
         self.class_gpu_ns: dict[str, float] = defaultdict(float)
         self.source_gpu_ns: dict[str, float] = defaultdict(float)

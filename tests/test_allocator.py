@@ -635,3 +635,27 @@ def test_matches_real_caching_allocator() -> None:
     torch.cuda.empty_cache()
     model.empty_cache()
     compare(-2, "after freeing everything")
+
+
+def test_memory_history_records_the_allocators_events():
+    from phantom.memory.history import MemoryHistory
+
+    alloc = CachingAllocator(80 * 2**30)
+    clock = iter(range(0, 10**9, 1000))
+    history = MemoryHistory(alloc, lambda: next(clock))
+    alloc.free(alloc.malloc(100))  # before recording: not in the trace
+    history.start(max_entries=100)
+    block = alloc.malloc(3 * 2**20)  # a new large segment, then the block in it
+    size = block.size  # a Block object is recycled once freed
+    kept = alloc.malloc(512)
+    alloc.free(block)
+    snap = history.snapshot()
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert actions == ["segment_alloc", "alloc", "alloc", "free_requested", "free_completed"]
+    assert snap["device_traces"][0][1]["size"] == size
+    assert snap["device_traces"][0][1]["frames"][0]["name"] == "test_memory_history_records_the_allocators_events"
+    live = [b for seg in snap["segments"] for b in seg["blocks"] if b["state"] == "active_allocated"]
+    assert [b["address"] for b in live] == [kept.ptr] and live[0]["frames"]
+    history.start(enabled=None)
+    alloc.malloc(1024)
+    assert len(history.snapshot()["device_traces"][0]) == 5  # stopped

@@ -678,3 +678,31 @@ def test_assigning_data_across_the_device_keeps_the_tensor(run_script):
     assert proc.returncode == 0, proc.stderr
     assert _values(proc.stdout) == {"moved": "cuda True True kept True", "grad": "cuda",
                                     "back": "cpu True True"}
+
+
+def test_memory_history_snapshot_loads_in_torchs_viewer(run_script, tmp_path):
+    # torch.cuda.memory._record_memory_history / _dump_snapshot: the simulated allocator's
+    # events in torch's snapshot format, which torch's own memory_viz draws.
+    path = tmp_path / "snap.pickle"
+    proc, _ = run_script(f"""
+        import pickle, torch, torch.nn as nn
+        from torch.cuda import _memory_viz
+        torch.cuda.memory._record_memory_history(max_entries=10000)
+        m = nn.Linear(1024, 1024).cuda()
+        def train_step():
+            m(torch.randn(64, 1024, device="cuda")).sum().backward()
+        train_step()
+        torch.cuda.memory._dump_snapshot({str(path)!r})
+        torch.cuda.memory._record_memory_history(enabled=None)
+        snap = pickle.load(open({str(path)!r}, "rb"))
+        trace = snap["device_traces"][0]
+        print("actions=", sorted({{e["action"] for e in trace}}))
+        print("stack=", any(f["name"] == "train_step" for e in trace for f in e["frames"]))
+        print("live=", sum(b["size"] for s in snap["segments"] for b in s["blocks"]
+                           if b["state"] == "active_allocated") == torch.cuda.memory_allocated())
+        print("viz=", len(_memory_viz.trace_plot(snap)) > 1000)
+    """, "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout) == {
+        "actions": "['alloc', 'free_completed', 'free_requested', 'segment_alloc']",
+        "stack": "True", "live": "True", "viz": "True"}

@@ -358,9 +358,6 @@ def _memory_api() -> dict[str, Any]:
     def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
         _sim().set_memory_fraction(fraction)
 
-    def noop(*args: Any, **kwargs: Any) -> None:
-        return None
-
     return {
         "memory_allocated": memory_allocated,
         "max_memory_allocated": max_memory_allocated,
@@ -373,14 +370,15 @@ def _memory_api() -> dict[str, Any]:
         "reset_peak_memory_stats": reset_peak_memory_stats,
         "reset_max_memory_allocated": reset_peak_memory_stats,
         "reset_max_memory_cached": reset_peak_memory_stats,
-        "reset_accumulated_memory_stats": noop,
+        "reset_accumulated_memory_stats": lambda *a, **k: _sim().allocator.reset_accumulated_stats(),
         "empty_cache": empty_cache,
         "mem_get_info": mem_get_info,
         "memory_summary": memory_summary,
-        "memory_snapshot": lambda *a, **k: [],
+        "memory_snapshot": lambda *a, **k: _sim().memory_history.snapshot()["segments"],
         "set_per_process_memory_fraction": set_per_process_memory_fraction,
-        "_record_memory_history": noop,
-        "_dump_snapshot": noop,
+        "_record_memory_history": lambda *a, **k: _sim().memory_history.start(*a, **k),
+        "_snapshot": lambda *a, **k: _sim().memory_history.snapshot(),
+        "_dump_snapshot": lambda filename="dump_snapshot.pickle": _sim().memory_history.dump(filename),
         "list_gpu_processes": lambda *a, **k: "phantom: no processes on a simulated GPU",
     }
 

@@ -36,7 +36,7 @@ size, so no further driver rounding is needed.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from typing import Hashable, Iterator
+from typing import Callable, Hashable, Iterator
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -298,6 +298,9 @@ class CachingAllocator:
         self.max_split_size = SIZE_MAX if max_split_size is None else max_split_size
         self.max_non_split_rounding_size = max_non_split_rounding_size
         self.roundup_power2_divisions = roundup_power2_divisions
+        # Called as observer(action, block) for "alloc", "free", "segment_alloc" and
+        # "segment_free" (torch.cuda.memory._record_memory_history: memory/history.py).
+        self.observer: Callable[[str, Block], None] | None = None
         self.include_process_info = include_process_info
         self.allowed_memory_maximum: int | None = None  # set_memory_fraction
 
@@ -369,7 +372,10 @@ class CachingAllocator:
         block = self._get_free_block(free_list, size)
         if block is None:
             block = self._alloc_with_retries(free_list, size, alloc_size)
-        return self._alloc_found_block(block, size, nbytes, self._should_split(block, size))
+        block = self._alloc_found_block(block, size, nbytes, self._should_split(block, size))
+        if self.observer is not None:
+            self.observer("alloc", block)
+        return block
 
     def free(self, block: Block) -> None:
         """Return a block to the cache (not to the device: that is empty_cache)."""
@@ -378,6 +384,8 @@ class CachingAllocator:
         if not block.allocated:
             raise ValueError(f"invalid device pointer: {block.ptr:#x} (double free?)")
         block.allocated = False
+        if self.observer is not None:
+            self.observer("free", block)
         amounts = (1, block.size)
         for stat, which in self._on_free[block.free_list.is_small]:  # Stat.decrease, inlined
             amount = amounts[which]
@@ -526,7 +534,10 @@ class CachingAllocator:
         if alloc_size >= self.max_split_size:
             self._oversize_segments.increase(1)
         self._counters["num_device_alloc"] += 1
-        return Block(alloc_size, free_list.stream, ptr, free_list)
+        block = Block(alloc_size, free_list.stream, ptr, free_list)
+        if self.observer is not None:
+            self.observer("segment_alloc", block)
+        return block
 
     def _device_can_fit(self, alloc_size: int) -> bool:
         reserved_after = self._total_allocated_memory + alloc_size
@@ -680,6 +691,8 @@ class CachingAllocator:
 
     def _release_block(self, block: Block) -> None:
         """cudaFree one whole cached segment."""
+        if self.observer is not None:
+            self.observer("segment_free", block)
         block.free_list.remove(block)
         self._total_allocated_memory -= block.size
         for t in self._stat_types(block):
