@@ -241,8 +241,9 @@ def placeholder_cpu_tensor(t: torch.Tensor, dtype: torch.dtype | None = None,
                            pinned: bool = False) -> torch.Tensor:
     """A real CPU tensor with t's shape (page-locked if `pinned`): its shadow values if it has
     them, else filled with the placeholder value."""
-    out = torch.empty(tuple(t.shape), dtype=dtype or t.dtype, device="cpu", pin_memory=pinned)
     shadow = getattr(t, SHADOW_ATTR, None)
+    shape = tuple(shadow.shape) if shadow is not None else tuple(t.shape)
+    out = torch.empty(shape, dtype=dtype or t.dtype, device="cpu", pin_memory=pinned)
     if shadow is not None:
         return out.copy_(shadow)
     return out.fill_(placeholder_scalar(t))

@@ -19,8 +19,6 @@ from typing import Any, Callable
 from phantom.memory.allocator import Block, CachingAllocator
 
 _PHANTOM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# trace actions of torch's snapshot format (c10/cuda/CUDACachingAllocator.h TraceEntry)
-_ACTIONS = {"alloc": "alloc", "segment_alloc": "segment_alloc", "segment_free": "segment_free"}
 
 
 def _frames() -> list[dict]:
@@ -55,17 +53,19 @@ class MemoryHistory:
         self.allocator.observer = self.observe
 
     def observe(self, action: str, block: Block) -> None:
+        """The allocator's event ("alloc", "free", "segment_alloc", "segment_free") as torch's
+        trace entries (c10/cuda/CUDACachingAllocator.h `TraceEntry`)."""
         frames = _frames() if self.stacks else []
         time_us = int(self.now_ns() / 1e3)
         base = {"addr": block.ptr, "size": block.size, "stream": block.stream, "time_us": time_us,
-                "frames": frames, "device_free": 0}
+                "frames": frames}
         if action == "free":
             # freed at once here (no events outlive a simulated stream's work): both entries
             self.entries.append({**base, "action": "free_requested"})
             self.entries.append({**base, "action": "free_completed"})
             self.block_frames.pop(block.ptr, None)
             return
-        self.entries.append({**base, "action": _ACTIONS[action]})
+        self.entries.append({**base, "action": action})
         if action == "alloc":
             self.block_frames[block.ptr] = frames
 
