@@ -20,7 +20,9 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch._subclasses.fake_tensor import FakeTensor
+from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
 
 from phantom.cost.roofline import FLEX_BLOCK_COUNTS_ATTR
 
@@ -121,20 +123,47 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 BLOCK_MASK_CPU_LIMIT = 1 << 28  # mask elements (B x H x Q x KV) evaluated here at most
 
 
+class _UnknownValues(Exception):
+    pass
+
+
+class _KnownValues(TorchDispatchMode):
+    """Ops on simulated tensors run on the real values phantom knows for them (their shadows:
+    data copied from the CPU, as a batch's attention mask or document ids are); a simulated
+    tensor without them ends the evaluation."""
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        from phantom.interception import data_reads
+
+        def real(x: Any) -> Any:
+            if isinstance(x, FakeTensor):
+                shadow = data_reads.shadow_of(x)
+                if shadow is None:
+                    raise _UnknownValues(func)
+                return shadow
+            return x
+
+        args, kwargs = tree_map(real, (args, kwargs or {}))
+        with unset_fake_temporarily():
+            return func(*args, **kwargs)
+
+
 def _block_counts(create: Any, bound: Any) -> dict | None:
     """The block counts of the mask `create_block_mask` builds, computed for real on the CPU.
 
     On a GPU the mask function is evaluated on the device and the counts are real; here its
     values would be unknown. Mask functions of positions alone (causal, sliding window,
-    prefix) evaluate on the CPU the same; one that reads device tensors (document ids of a
-    batch) cannot be, and its mask stays unknown (flex_attention charged dense)."""
+    prefix) evaluate on the CPU the same; one that reads device tensors (a padding mask, the
+    document ids of a batch) evaluates on their real values where phantom has them (data
+    copied from the CPU), and stays unknown otherwise (flex_attention charged dense)."""
     args = bound.arguments
     elements = (args.get("B") or 1) * (args.get("H") or 1) * args["Q_LEN"] * args["KV_LEN"]
     if elements > BLOCK_MASK_CPU_LIMIT:
         return None
     try:
-        mask = create(**{**args, "device": "cpu", "_compile": False})
-    except Exception:  # noqa: BLE001 - a mask function that needs its device tensors
+        with _KnownValues():
+            mask = create(**{**args, "device": "cpu", "_compile": False})
+    except Exception:  # noqa: BLE001 - a mask function that reads device values phantom lacks
         return None
     counts = {}
     for name in ("kv_num_blocks", "full_kv_num_blocks", "q_num_blocks", "full_q_num_blocks"):

@@ -32,6 +32,10 @@ HINT_ATTR = "_phantom_value_hint"
 # framework ships through the GPU (DDP's bucket indices, shape exchanges) reads back right.
 SHADOW_ATTR = "_phantom_shadow"
 SHADOW_MAX_NUMEL = 1 << 16
+# Integer and boolean data (token ids, attention masks, document ids) is kept up to this size:
+# masks built from it on the device are evaluated on these values (FlexAttention's block mask,
+# interception/attention.py). 4M int64 elements: a 32 MiB copy a batch.
+SHADOW_MAX_NUMEL_INDEX = 1 << 22
 
 # Finiteness checks and their healthy answers. Several of them decompose into generic
 # comparisons before reaching the dispatcher (isnan is `x != x`), so they are wrapped at
@@ -188,7 +192,10 @@ def propagate_hint(func: Any, args: tuple, out: Any, kwargs: dict | None = None)
 
 def set_shadow(t: torch.Tensor, values: torch.Tensor | None) -> None:
     """Give fake tensor `t` the real values `values` (CPU), if they fit its shape."""
-    if values is None or values.numel() != t.numel() or t.numel() > SHADOW_MAX_NUMEL:
+    if values is None or values.numel() != t.numel():
+        return
+    index_like = not (t.dtype.is_floating_point or t.dtype.is_complex)
+    if t.numel() > (SHADOW_MAX_NUMEL_INDEX if index_like else SHADOW_MAX_NUMEL):
         return
     with torch._subclasses.fake_tensor.unset_fake_temporarily():
         setattr(t, SHADOW_ATTR, values.detach().reshape(tuple(t.shape)).to(t.dtype).clone())
