@@ -12,8 +12,9 @@ to hide the host), and prints one JSON line per config. `--compare REAL SIM` mak
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from jsonl import emit, rows_by
 
 SHAPES = {  # name: batch, heads, sequence, head dim
     "b4-h16-s4096-d64": (4, 16, 4096, 64),
@@ -69,10 +70,7 @@ def measure(shape: tuple[int, int, int, int], mask_name: str) -> dict:
 
 
 def compare(real_path: str, sim_path: str) -> str:
-    def load(p: str) -> dict:
-        return {(r["shape"], r["mask"]): r for r in map(json.loads, open(p)) if r.get("mask")}
-
-    real, sim = load(real_path), load(sim_path)
+    real, sim = rows_by(real_path, "shape", "mask"), rows_by(sim_path, "shape", "mask")
     rows = ["| shape | mask | density | real fwd ms | phantom | error | real bwd ms | phantom | error |",
             "|---|---|---|---|---|---|---|---|---|"]
     errs = []
@@ -101,19 +99,8 @@ def main() -> None:
     if a.compare:
         print(compare(*a.compare))
         return
-    import torch
-
-    env = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    lines = [json.dumps(env)]
-    for shape in a.shapes.split(","):
-        for mask in a.masks.split(","):
-            row = measure(SHAPES[shape], mask)
-            lines.append(json.dumps(row))
-            print(lines[-1], flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
-            f.write("\n".join(lines) + "\n")
-
+    emit((measure(SHAPES[shape], mask) for shape in a.shapes.split(",")
+          for mask in a.masks.split(",")), a.out)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,9 +17,10 @@ H200 bench/offload.py`). Prints one JSON line per measurement:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
+
+from jsonl import emit, rows_by
 
 GIB = 2**30
 
@@ -80,14 +81,11 @@ def steps() -> list[dict]:
 
 
 def compare(real_path: str, sim_path: str) -> str:
-    def load(p: str) -> dict:
-        return {r["name"]: r for r in map(json.loads, open(p)) if "kind" in r}
-
-    real, sim = load(real_path), load(sim_path)
+    real, sim = rows_by(real_path, "name"), rows_by(sim_path, "name")
     out = ["| measurement | real ms | phantom ms | error | real peak GiB | phantom peak GiB |",
            "|---|---|---|---|---|---|"]
-    for name, r in real.items():
-        s = sim.get(name)
+    for (name,), r in real.items():
+        s = sim.get((name,))
         if s is None:
             continue
         err = (s["ms"] / r["ms"] - 1) * 100
@@ -104,16 +102,7 @@ def main() -> None:
     if a.compare:
         print(compare(*a.compare))
         return
-    import torch
-
-    lines = [json.dumps({"device": torch.cuda.get_device_name(), "torch": torch.__version__})]
-    for row in copies() + steps():
-        lines.append(json.dumps(row))
-        print(lines[-1], flush=True)
-    if a.out:
-        with open(a.out, "a") as f:
-            f.write("\n".join(lines) + "\n")
-
+    emit(copies() + steps(), a.out)
 
 if __name__ == "__main__":
     main()

@@ -71,8 +71,7 @@ D2H_SYNC_NS = 12_000.0
 # A pinned + non_blocking H2D copy runs on the copy engine and leaves the host free; a
 # pageable copy is staged through a bounce buffer and blocks the host.
 PCIE_GBPS = 10.4  # D2H reads into pageable memory (.cpu(), .item())
-D2H_PINNED_GBPS = 52.6  # into page-locked memory (copy_ into a pinned buffer, .to("cpu", non_blocking=True))
-H2D_PINNED_GBPS = 52.6
+PINNED_GBPS = 52.6  # either way to or from page-locked memory (a D2H copy_ into a pinned buffer too)
 H2D_PAGEABLE_GBPS = 8.5
 _H2D_OPS = (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default)
 PROGRESS_EVERY_S = 10.0
@@ -545,7 +544,7 @@ class Simulation:
         # waits; only a pinned, non_blocking copy leaves the host free
         pinned = _is_pinned(src)
         nbytes = src.numel() * src.element_size()
-        copy_ns = 2_000.0 + nbytes / (H2D_PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
+        copy_ns = 2_000.0 + nbytes / (PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
@@ -571,7 +570,7 @@ class Simulation:
             data_reads.raise_data_read(what)
         stream_id = self._current_stream_id()
         nbytes = t.numel() * t.element_size()
-        copy_ns = 2_000.0 + nbytes / (D2H_PINNED_GBPS if pinned else PCIE_GBPS)
+        copy_ns = 2_000.0 + nbytes / (PINNED_GBPS if pinned else PCIE_GBPS)
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
