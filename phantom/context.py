@@ -23,6 +23,8 @@ from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
 from phantom.engine.fusion import FUSABLE_CLASSES, FusedKernel
+from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, instantiate_host_ns,
+                                   replay, replay_host_ns)
 from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
                                  HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY,
                                  HostSpeedNormalizer, SteadyGaps, code_fingerprint,
@@ -125,6 +127,14 @@ class _StreamState:
     default: dict[int, Any] = field(default_factory=dict)
 
 
+def capture_error(what: str) -> None:
+    """What CUDA answers when a capturing stream is asked to wait for the host or the host for
+    it (a sync, a blocking copy, a value read): the capture is invalidated."""
+    raise RuntimeError(f"CUDA error: operation not permitted when stream is capturing ({what} "
+                       f"during CUDA graph capture: on a GPU this fails too; move it out of the "
+                       f"captured region)")
+
+
 def _is_pinned(t: torch.Tensor) -> bool:
     # the fake CUDA hooks' pinned allocator knows its blocks (native/fake_cuda.cpp)
     return t.device.type == "cpu" and t.is_pinned()
@@ -199,6 +209,13 @@ class Simulation:
         self.in_registers = False
         self._generated_code = False
         self._fused: FusedKernel | None = None
+        # A CUDA graph capture under way (engine/graphs.py; torch.cuda.CUDAGraph): kernels on its
+        # streams are recorded, not run, and memory comes from the graph's pool.
+        self.capture: GraphCapture | None = None
+        # The ops running now compute what a CUDA graph replay computes (a reduce-overhead
+        # compiled graph, interception/compiled.py): the replay launches their kernels and their
+        # memory is the graph's pool, so they make outputs and nothing else.
+        self.graph_shadow = False
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
         self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
         # This machine (at its best observed speed) against the simulated host: given, or
@@ -411,6 +428,8 @@ class Simulation:
 
     # -- sync points (called from the torch.cuda API) -------------------------------------
     def _sync(self, fn, *args) -> None:
+        if self.capture is not None:
+            capture_error(f"torch.cuda {fn.__name__}")
         if self.comm is not None:
             self.comm.flush()  # isend/irecv nobody waited for still complete before a sync
         self.begin_op(fn.__name__)
@@ -430,9 +449,24 @@ class Simulation:
         self._sync(self.timeline.synchronize_event, event)
 
     def record_event(self, event: Event, stream_id: int) -> None:
+        if self.capture is not None and self.capture.captures(stream_id):
+            self.capture.record_event(event, stream_id)
+            return
         self._sync(self.timeline.record_event, event, stream_id)
 
+    def stream_wait_event(self, stream_id: int, event: Event) -> None:
+        if self.capture is not None and self.capture.wait_event(stream_id, event):
+            return
+        self.timeline.stream_wait_event(stream_id, event)
+
+    def stream_wait_stream(self, waiter: int, waited: int) -> None:
+        if self.capture is not None and self.capture.wait_stream(waiter, waited):
+            return
+        self.timeline.stream_wait_stream(waiter, waited)
+
     def query_stream(self, stream_id: int) -> bool:
+        if self.capture is not None and self.capture.captures(stream_id):
+            capture_error("a capturing stream's query()")
         self.begin_op("query_stream")
         done = self.timeline.query_stream(stream_id)
         self.end_op()
@@ -450,6 +484,8 @@ class Simulation:
         if self.ops_intercepted == 0:
             self.first_op_wall_ns = REAL_NS()
         self.ops_intercepted += 1
+        if self.graph_shadow:
+            return
         stream_id = self._current_stream_id()
         if self.recorder is not None:
             self.recorder.op = func.__name__
@@ -519,13 +555,25 @@ class Simulation:
         self._launch(name, self.cost_model.fused_pointwise(nbytes, fused.flops), fused.stream_id)
 
     def _launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
+        if self.graph_shadow:
+            return  # a CUDA graph replay launches it
         gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0
         host_ns = (HOST_KERNEL_LAUNCH_NS + gemm_extra) * self.rank_pace
         self.launch_host_ns += host_ns
+        name = func if isinstance(func, str) else func.__name__
+        if self.capture is not None and self.capture.captures(stream_id):
+            # captured: the host pays the launch, the GPU runs it at each replay
+            self.timeline.advance_host(host_ns)
+            self.capture.kernel(name, cost, stream_id)
+            return
+        self._enqueue(name, cost, stream_id, host_ns, args)
+
+    def _enqueue(self, name: str, cost: KernelCost, stream_id: int, host_ns: float,
+                 args: tuple = (), in_graph: bool = False, uses_sms: bool = True) -> None:
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
-                                          flops=cost.flops, nbytes=cost.bytes)
-        name = func if isinstance(func, str) else func.__name__
+                                          flops=cost.flops, nbytes=cost.bytes, in_graph=in_graph,
+                                          uses_sms=uses_sms)
         if self.recorder is not None:
             self.recorder.kernel(name, cost.op_class, cost.source, stream_id, start, end, h0,
                                  self.timeline.host_ns, args)
@@ -545,6 +593,8 @@ class Simulation:
         pinned = _is_pinned(src)
         nbytes = src.numel() * src.element_size()
         copy_ns = 2_000.0 + nbytes / (PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
+        if self._captured_copy("HtoD", copy_ns, nbytes, stream_id, blocking=not (pinned and non_blocking)):
+            return True
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
@@ -571,6 +621,8 @@ class Simulation:
         stream_id = self._current_stream_id()
         nbytes = t.numel() * t.element_size()
         copy_ns = 2_000.0 + nbytes / (PINNED_GBPS if pinned else PCIE_GBPS)
+        if self._captured_copy("DtoH", copy_ns, nbytes, stream_id, blocking, what):
+            return
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
                                           uses_sms=False)
@@ -585,6 +637,95 @@ class Simulation:
             self.timeline.advance_host(D2H_SYNC_NS)
             if self.recorder is not None:
                 self.recorder.host_span(f"read ({what})", h1, self.timeline.host_ns, "sync")
+
+    def _captured_copy(self, direction: str, copy_ns: float, nbytes: int, stream_id: int,
+                       blocking: bool, what: str = "") -> bool:
+        """A copy on a capturing stream: a node of the graph if the host need not wait for it
+        (pinned memory, non_blocking), else CUDA's capture error. False: not capturing."""
+        if self.capture is None or not self.capture.captures(stream_id):
+            return False
+        if blocking:
+            capture_error(what or f"a {direction} copy the host waits for (pageable memory, or "
+                          f"non_blocking=False)")
+        host_ns = HOST_KERNEL_LAUNCH_NS * self.rank_pace
+        self.timeline.advance_host(host_ns)
+        self.capture.kernel(f"Memcpy {direction} (pinned)",
+                            KernelCost(copy_ns, "copy", "model", 0.0, float(nbytes)), stream_id,
+                            uses_sms=False)
+        return True
+
+    # -- CUDA graphs (interception/cuda_api.py CUDAGraph) ----------------------------------
+    def begin_capture(self, pool: int) -> None:
+        """The current stream starts capturing a graph whose memory comes from `pool`."""
+        if self.capture is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing "
+                               "(another CUDA graph capture is under way in this process)")
+        stream_id = self._current_stream_id()
+        if stream_id == 0:
+            raise RuntimeError("CUDA graphs must be captured on a non-default stream. (However, "
+                               "after capture, it's ok to replay them on the default stream.)")
+        self._end_fused_kernel(None)
+        self.capture = GraphCapture(stream_id, pool)
+
+    def end_capture(self) -> tuple[CapturedGraph, list[int]]:
+        """The capture ends: the graph is instantiated (host time), with a stream of its own for
+        each lane beyond the capture stream."""
+        if self.capture is None:
+            raise RuntimeError("CUDA error: capture_end called with no capture under way")
+        self._end_fused_kernel(None)
+        graph, self.capture = self.capture.graph, None
+        self.timeline.advance_host(instantiate_host_ns(graph.kernels) * self.rank_pace)
+        return graph, [self.new_stream_id() for _ in graph.lanes[1:]]
+
+    def replay_graph(self, graph: CapturedGraph, private_lanes: list[int]) -> None:
+        """`CUDAGraph.replay()` on the current stream: one launch's host time, then the graph's
+        kernels as captured (engine/graphs.py)."""
+        stream_id = self._current_stream_id()
+        if self.capture is not None and self.capture.captures(stream_id):
+            raise RuntimeError("phantom: replaying a CUDA graph inside another graph's capture is "
+                               "not simulated")
+        self._end_fused_kernel(None)
+        host_ns = replay_host_ns(graph.kernels) * self.rank_pace
+        self.launch_host_ns += host_ns
+        h0 = self.timeline.host_ns
+        self.timeline.advance_host(host_ns)
+        if self.recorder is not None:
+            self.recorder.host_span("cudaGraphLaunch", h0, self.timeline.host_ns, "launch")
+        replay(graph, self.timeline, stream_id, private_lanes, self._enqueue_graph_kernel)
+
+    def record_graph(self, fn: Callable[[], Any], pool: int) -> tuple[Any, CapturedGraph, list[int]]:
+        """Capture what `fn` launches on the current stream (a reduce-overhead compiled graph's
+        recording, which may run on the default stream: CUDA graph trees capture on a side
+        stream of their own), then replay it once, as the recording computes its outputs."""
+        self._end_fused_kernel(None)
+        self.capture = GraphCapture(self._current_stream_id(), pool)
+        try:
+            out = fn()
+        finally:
+            graph, lanes = self.end_capture()
+        self.replay_graph(graph, lanes)
+        return out, graph, lanes
+
+    def shadow_run(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn`'s ops for their outputs only (graph_shadow)."""
+        self.graph_shadow = True
+        try:
+            return fn()
+        finally:
+            self.graph_shadow = False
+
+    def track_in_pool(self, t: torch.Tensor, pool: int) -> None:
+        """`t`, made by a shadow run, lives in a CUDA graph's pool while the script holds it."""
+        self._track(t, pool)
+
+    def _enqueue_graph_kernel(self, kernel: GraphKernel, stream_id: int) -> None:
+        self._enqueue(kernel.name, kernel.cost, stream_id, 0.0, in_graph=True,
+                      uses_sms=kernel.uses_sms)
+
+    def is_capturing(self, stream_id: int | None = None) -> bool:
+        if self.capture is None:
+            return False
+        return self.capture.captures(self._current_stream_id() if stream_id is None else stream_id)
 
     # -- memory ---------------------------------------------------------------------------
     def _track_outputs(self, out: Any, stream_id: int) -> None:
@@ -623,6 +764,10 @@ class Simulation:
             set_address(storage._cdata, block.ptr if block is not None else 0)
 
     def _malloc(self, nbytes: int, stream_id: int):
+        if self.capture is not None and self.capture.captures(stream_id):
+            # a capture allocates from its graph's private pool, which nothing outside the
+            # graph (or graphs sharing the pool) reuses: a free list of its own
+            stream_id = self.capture.graph.pool
         try:
             return self.allocator.malloc(nbytes, stream_id)
         except AllocatorOutOfMemory as e:

@@ -148,6 +148,14 @@ class RankComm:
 
     def _launch(self, group: GroupInfo) -> float:
         """Host side of an NCCL launch; returns when the NCCL stream can start it."""
+        if self.sim.is_capturing():
+            from phantom.interception.mode import SimulationError
+
+            # NCCL kernels can be captured on a GPU; here a replay would have to meet its peers'
+            # replays at the coordinator, which is not built
+            raise SimulationError("phantom: a collective inside a captured CUDA graph is not "
+                                  "simulated yet; capture the compute only, or run without "
+                                  "CUDA graphs (README 'Limitations')")
         tl = self.sim.timeline
         sid = self.nccl_stream(group)
         tl.stream_wait_stream(sid, self.sim._current_stream_id())

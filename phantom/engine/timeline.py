@@ -87,13 +87,16 @@ class Timeline:
     # -- kernels --------------------------------------------------------------------------
     def launch(self, stream_id: int, gpu_ns: float, host_ns: float, name: str = "",
                op_class: str = "", source: str = "", uses_sms: bool = True,
-               flops: float = 0.0, nbytes: float = 0.0) -> tuple[float, float]:
+               flops: float = 0.0, nbytes: float = 0.0, in_graph: bool = False) -> tuple[float, float]:
         """Enqueue a kernel; the host pays `host_ns` of launch cost. Returns (start, end).
 
         `gpu_ns` is the kernel's time at the cost model's clock; with a governor, `op_class`,
-        `flops` and `nbytes` tell it what the kernel draws, and the power limit may stretch it."""
+        `flops` and `nbytes` tell it what the kernel draws, and the power limit may stretch it.
+        `in_graph`: a node of a CUDA graph being replayed (engine/graphs.py), which takes no
+        place of its own in the launch queue."""
         s = self.stream(stream_id)
-        self._respect_queue_limit(s)
+        if not in_graph:
+            self._respect_queue_limit(s)
         self.host_ns += host_ns
         start = max(self.host_ns + LAUNCH_LATENCY_NS, s.ready_ns)
         if uses_sms:
@@ -104,7 +107,8 @@ class Timeline:
         s.ready_ns = end
         if uses_sms:
             self.sm_free_ns = end
-        s.pending_ends.append(end)
+        if not in_graph:
+            s.pending_ends.append(end)
         self._account_busy(start, end)
         if self._on_kernel is not None:
             self._on_kernel(KernelRecord(name, op_class, stream_id, start, end, source))

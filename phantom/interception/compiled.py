@@ -25,6 +25,7 @@ import functools
 import operator
 import threading
 import warnings
+import weakref
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -274,6 +275,60 @@ class GraphRunner:
             self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes)
 
 
+class CudaGraphTree:
+    """A graph of a `torch.compile(mode="reduce-overhead")` program: Inductor's CUDA graph trees
+    (torch/_inductor/cudagraph_trees.py) run its first call as plain kernels (warm-up), capture
+    its kernels in a CUDA graph on the second, and replay that graph from then on. A replay
+    costs the host the trees' bookkeeping and one graph launch, not a launch per kernel; inputs
+    that are not static (parameters, or outputs of a graph of the same tree) are first copied
+    into the graph's own buffers; its outputs live in the graph's memory pool. Here a replay
+    runs the graph's ops for their outputs only (`Simulation.shadow_run`), then replays the
+    kernels captured on the second call (engine/graphs.py)."""
+
+    def __init__(self, run: Callable[[list], Any], sim: "Simulation", pool: int,
+                 outputs: "weakref.WeakSet", call_ns: float) -> None:
+        self.run, self.sim, self.pool = run, sim, pool
+        self.call_ns = call_ns  # the node's host cost of the trees' bookkeeping per replay
+        self.calls = 0
+        self.graph = None
+        self.lanes: list[int] = []
+        self._tree_outputs = outputs  # storages of the tree's graphs' outputs (static inputs)
+
+    def __call__(self, args: list) -> Any:
+        if _traced_inputs(args):
+            return self.run(args)
+        self.calls += 1
+        sim = self.sim
+        if self.calls == 1:
+            return self.run(args)
+        if self.graph is None:
+            out, self.graph, self.lanes = sim.record_graph(lambda: self.run(args), self.pool)
+            self._keep(out)
+            return out
+        sim.timeline.advance_host(self.call_ns * sim.rank_pace)
+        copies = [a for a in args if self._copied(a)]
+        out = sim.shadow_run(lambda: self.run(args))
+        for a in copies:
+            nbytes = a.untyped_storage().nbytes()
+            sim.launch_generated_kernel("cudagraph_input_copy", 2.0 * nbytes)
+        sim.replay_graph(self.graph, self.lanes)
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+                sim.track_in_pool(t, self.pool)
+        self._keep(out)
+        return out
+
+    def _copied(self, a: Any) -> bool:
+        return (isinstance(a, torch.Tensor) and a.device.type == "cuda"
+                and not isinstance(a, torch.nn.Parameter)
+                and a.untyped_storage() not in self._tree_outputs)
+
+    def _keep(self, out: Any) -> None:
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.device.type == "cuda":
+                self._tree_outputs.add(t.untyped_storage())
+
+
 def _traced_inputs(args: list) -> bool:
     """Whether the graph is called on a tracer's fake tensors rather than the simulation's."""
     for a in args:
@@ -348,9 +403,10 @@ def exclude_compilation_time(sim: "Simulation") -> None:
     callback_handler.register_end_callback(end)
 
 
-def phantom_backend(sim: "Simulation", graph_node_ns: float) -> Callable:
+def phantom_backend(sim: "Simulation", graph_node_ns: float, cuda_graphs: bool = False) -> Callable:
     """A Dynamo backend: AOTAutograd as Inductor configures it (its decompositions, the min-cut
-    partitioner), with GraphRunner in place of Inductor's code generation."""
+    partitioner), with GraphRunner in place of Inductor's code generation. `cuda_graphs`:
+    mode="reduce-overhead", each graph replayed as a CUDA graph (CudaGraphTree)."""
     from functorch.compile import min_cut_rematerialization_partition
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch import config as functorch_config
@@ -358,9 +414,18 @@ def phantom_backend(sim: "Simulation", graph_node_ns: float) -> Callable:
 
     from phantom.interception.cuda_api import node_call
 
+    from phantom.interception.cuda_api import NODE_HOST_NS, new_pool_key
+
+    # one pool and one set of static outputs per compiled program, as a tree has
+    pool, tree_outputs = new_pool_key(), weakref.WeakSet()
+
     def graph_compiler(gm: torch.fx.GraphModule, example_inputs: Any) -> Callable:
         # a graph runs as Inductor's generated wrapper on the node: its fixed cost and a launch
         # per kernel, not this machine's time interpreting the graph
+        if cuda_graphs:
+            tree = CudaGraphTree(GraphRunner(gm, sim), sim, pool, tree_outputs,
+                                 NODE_HOST_NS["cudagraph_tree_call"])
+            return _boxed(node_call("torch.compile graph (CUDA graph)", 0.0)(tree))
         return _boxed(node_call("torch.compile graph", graph_node_ns)(GraphRunner(gm, sim)))
 
     aot = aot_autograd(
@@ -443,9 +508,14 @@ def install(sim: "Simulation") -> None:
 
         return call
 
-    def compile_function(fn: Any, options: dict) -> Any:
+    def backend_for(mode: str) -> Callable:
+        if "reduce-overhead" in mode:
+            return phantom_backend(sim, NODE_HOST_NS["compiled_graph"], cuda_graphs=True)
+        return backend
+
+    def compile_function(fn: Any, options: dict, mode: str = "") -> Any:
         name = getattr(fn, "__qualname__", repr(fn))
-        graph_call = traced(real_compile(fn, backend=backend, **options), fn, name)
+        graph_call = traced(real_compile(fn, backend=backend_for(mode), **options), fn, name)
         fused_call = fused(fn)
 
         @functools.wraps(fn)
@@ -458,15 +528,13 @@ def install(sim: "Simulation") -> None:
 
         return run
 
-    def compile_module(module: torch.nn.Module, options: dict) -> torch.nn.Module:
-        compiled = real_compile(module, backend=backend, **options)
+    def compile_module(module: torch.nn.Module, options: dict, mode: str = "") -> torch.nn.Module:
+        compiled = real_compile(module, backend=backend_for(mode), **options)
         # OptimizedModule's forward is Dynamo's entry; the module's hooks run outside it, as on
         # a GPU. Falling back, the original module runs in its place.
         attr = "_forward" if hasattr(compiled, "_forward") else "forward"
         setattr(compiled, attr, traced(getattr(compiled, attr), module, type(module).__name__))
         return compiled
-
-    warned_graphs = []
 
     def compile(model: Any = None, **kwargs: Any) -> Any:
         if model is None:
@@ -476,17 +544,12 @@ def install(sim: "Simulation") -> None:
             # they are, which the simulation times op by op: Dynamo as it is
             return real_compile(model, **kwargs)
         mode = kwargs.get("mode") or ""
-        if "reduce-overhead" in mode and not warned_graphs:
-            warned_graphs.append(True)
-            warnings.warn(f"phantom: torch.compile(mode={mode!r}) replays CUDA graphs on a GPU, "
-                          "which phantom does not simulate: kernels are launched one by one "
-                          "(the same GPU time, more host time).", stacklevel=2)
-        # Inductor's settings (mode, options) have no meaning without Inductor
+        # Inductor's other settings (autotuning, options) have no meaning without Inductor
         options = {k: v for k, v in kwargs.items() if k in ("fullgraph", "dynamic", "disable")}
         if isinstance(model, torch.nn.Module):
-            return compile_module(model, options)
+            return compile_module(model, options, mode)
         if not callable(model):
             return model
-        return compile_function(model, options)
+        return compile_function(model, options, mode)
 
     torch.compile = compile

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import warnings
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
@@ -64,6 +65,14 @@ NODE_HOST_NS = {
     # (interception/compiled.py), less its kernels' launches; Dynamo's guards and AOTAutograd's
     # wrappers around it run as the script's Python. PROVISIONAL, to be measured.
     "compiled_graph": 5_000.0,
+    # One graph of a torch.compile(mode="reduce-overhead") program replayed by Inductor's CUDA
+    # graph trees (interception/compiled.py CudaGraphTree): the trees' checks and bookkeeping
+    # around the replay, whose launch is charged by its size (engine/graphs.py). On a lent H200
+    # host a compiled 5-kernel MLP call cost 32-38 us less in reduce-overhead than in default
+    # mode (bench/cuda_graphs.py `call` rows, data/session25/device_calls_h200): default pays
+    # the generated wrapper (5 us) and five launches (~9 us each), reduce-overhead this and a
+    # ~6 us replay, which leaves ~10 us.
+    "cudagraph_tree_call": 10_000.0,
 }
 
 
@@ -130,11 +139,11 @@ class Stream:
 
     @node_call("cuda.Stream.wait_event", NODE_HOST_NS["stream_wait_event"])
     def wait_event(self, event: "Event") -> None:
-        _sim().timeline.stream_wait_event(self.stream_id, event._event)
+        _sim().stream_wait_event(self.stream_id, event._event)
 
     @node_call("cuda.Stream.wait_stream", NODE_HOST_NS["stream_wait_stream"])
     def wait_stream(self, stream: "Stream") -> None:
-        _sim().timeline.stream_wait_stream(self.stream_id, stream.stream_id)
+        _sim().stream_wait_stream(self.stream_id, stream.stream_id)
 
     def record_event(self, event: "Event | None" = None) -> "Event":
         event = event if event is not None else Event()
@@ -458,16 +467,72 @@ class _NvtxStub:
         yield
 
 
-def _unsupported(what: str, name: str) -> type:
-    """A class (libraries use these names in type annotations) that fails when used."""
+class CUDAGraph:
+    """torch.cuda.CUDAGraph on the simulated device (engine/graphs.py): capture records the
+    kernels launched on the capturing stream(s) and allocates from the graph's private pool;
+    `replay()` costs the host one graph launch and runs the captured kernels again. torch's own
+    `torch.cuda.graph` context manager and `make_graphed_callables` drive it unchanged."""
 
-    def fail(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError(
-            f"phantom: {what} is not simulated. Run without it (e.g. disable CUDA graphs in the "
-            f"script's config); see README 'Limitations'."
-        )
+    def __init__(self, keep_graph: bool = False) -> None:
+        self._graph = None
+        self._lanes: list[int] = []
+        self._pool: int | None = None
 
-    return type(name, (), {"__init__": fail, "__doc__": f"Not simulated: {what}."})
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global", **_: Any) -> None:
+        # `pool`: another graph's pool() or graph_pool_handle(), shared; else a pool of its own
+        self._pool = _pool_key(pool) if pool is not None else new_pool_key()
+        _sim().begin_capture(self._pool)
+
+    def capture_end(self) -> None:
+        self._graph, self._lanes = _sim().end_capture()
+
+    def instantiate(self) -> None:
+        pass  # capture_end instantiated it (its host time charged there)
+
+    @node_call("CUDAGraph.replay", 0.0)  # engine/graphs.py charges the launch by graph size
+    def replay(self) -> None:
+        if self._graph is None:
+            raise RuntimeError("CUDA error: replay called on a CUDAGraph with no captured graph "
+                               "(capture it first with torch.cuda.graph)")
+        _sim().replay_graph(self._graph, self._lanes)
+
+    def reset(self) -> None:
+        self._graph, self._lanes = None, []
+
+    def pool(self) -> tuple[int, int]:
+        if self._pool is None:
+            raise RuntimeError("CUDA error: pool() called before capture_begin")
+        return (0, -self._pool)
+
+    def enable_debug_mode(self) -> None:
+        pass
+
+    def debug_dump(self, debug_path: str) -> None:
+        graph = self._graph
+        with open(debug_path, "w") as f:
+            for node in graph.nodes if graph is not None else ():
+                f.write(f"{node}\n")
+
+    def raw_cuda_graph(self) -> int:
+        raise RuntimeError("phantom: the raw cudaGraph_t of a simulated CUDA graph does not exist")
+
+    raw_cuda_graph_exec = raw_cuda_graph
+
+
+_pools = itertools.count(1)
+
+
+def new_pool_key() -> int:
+    """A private memory pool: the allocator keys its free lists by stream, pools by negative ids."""
+    return -next(_pools)
+
+
+def _pool_key(handle: Any) -> int:
+    return -int(tuple(handle)[1])
+
+
+def graph_pool_handle() -> tuple[int, int]:
+    return (0, -new_pool_key())
 
 
 def install(sim: "Simulation") -> None:
@@ -513,10 +578,12 @@ def install(sim: "Simulation") -> None:
         "_cuda_clearCublasWorkspaces": lambda: None,
         "_cuda_get_conv_benchmark_empty_cache": lambda: True,
         "_cuda_set_conv_benchmark_empty_cache": lambda enable: None,
-        # No capture is ever under way (graph capture is refused below). torch 2.11's
-        # optimizers ask before every step (`_accelerator_graph_capture_health_check`), and
-        # on a CUDA build without a driver the real binding raises.
-        "_cuda_isCurrentStreamCapturing": lambda: False,
+        # torch 2.11's optimizers ask before every step (`_accelerator_graph_capture_health_check`),
+        # and on a CUDA build without a driver the real binding raises.
+        "_cuda_isCurrentStreamCapturing": lambda: sim.is_capturing(),
+        "_graph_pool_handle": graph_pool_handle,
+        # torch.cuda.graph empties the pinned host cache before capturing; the CPU build lacks it
+        "_host_emptyCache": lambda: None,
     }
     for name, fn in c_bindings.items():
         # each binding its own function object: Dynamo maps torch's functions by identity
@@ -558,11 +625,9 @@ def install(sim: "Simulation") -> None:
         "can_device_access_peer": lambda device, peer: True,
         "utilization": lambda device=None: 100,
         "nvtx": _NvtxStub,
-        "is_current_stream_capturing": lambda: False,
-        "CUDAGraph": _unsupported("CUDA graph capture (torch.cuda.CUDAGraph)", "CUDAGraph"),
-        "graph": _unsupported("CUDA graph capture (torch.cuda.graph)", "graph"),
-        "make_graphed_callables": _unsupported("torch.cuda.make_graphed_callables",
-                                               "make_graphed_callables"),
+        "is_current_stream_capturing": lambda: sim.is_capturing(),
+        "CUDAGraph": CUDAGraph,
+        "graph_pool_handle": graph_pool_handle,
     }
     module_api.update(_memory_api())
     module_api.update(_rng_api(n))
@@ -573,7 +638,11 @@ def install(sim: "Simulation") -> None:
     for name in ("get_rng_state", "set_rng_state", "get_rng_state_all", "set_rng_state_all",
                  "manual_seed", "manual_seed_all", "seed", "seed_all", "initial_seed"):
         setattr(cuda.random, name, module_api[name])
+    # torch.cuda.graphs bound these at import: its `graph` context manager and
+    # make_graphed_callables run unchanged on phantom's CUDAGraph
     cuda.graphs.is_current_stream_capturing = module_api["is_current_stream_capturing"]
+    cuda.graphs.CUDAGraph = CUDAGraph
+    cuda.graphs.graph_pool_handle = graph_pool_handle
     cuda.streams.Stream = Stream
     cuda.streams.Event = Event
     cuda.nvtx = _NvtxStub
