@@ -9,9 +9,9 @@ Simulation policy (README, "TorchTitan"):
   mask is the causal mask; the compiled FlexAttention kernel is timed as FlashAttention-2.
 - MoE: experts are load-balanced (uniform routing); the expert-parallel all-to-all is sized
   by an analytic uniform dispatch instead of token counts read from simulated router logits.
-- CUDA graphs (on by default in 0.3.0) are not simulated: the step runs eagerly unless
-  graphs are asked for explicitly, which is an error. `--compile.enable` runs eagerly (a
-  warning; eager kernel times). Float8/MX/NVFP4 converters, DeepEP/HybridEP/MinimalAsyncEP
+- CUDA graphs (on by default in 0.3.0) capture collectives, which phantom does not simulate
+  inside a graph: the step runs eagerly unless graphs are asked for explicitly, which is an
+  error. `--compile.enable` is simulated as Inductor runs it (interception/compiled.py). Float8/MX/NVFP4 converters, DeepEP/HybridEP/MinimalAsyncEP
   dispatchers and async TP are clear errors.
 - Offline: missing tokenizer paths fall back to phantom's byte-level tokenizer, and the C4
   datasets to a tiny local dataset (assets/torchtitan/, see make_assets.py).
@@ -182,9 +182,11 @@ def quiet_module_compile() -> Iterator[None]:
 def patch_configs(module: ModuleType) -> None:
     """torchtitan/config/configs.py `TrainingConfig.disable_cuda_graphs` defaults to False:
     the trainer captures forward+backward in a CUDA graph (distributed/cudagraph.py) and
-    replays it. phantom does not simulate graph capture (no captured kernels to replay), so
-    under simulation the default becomes True: the step runs eagerly, with the same kernels
-    and eager launch overhead on the host (documented fallback, README "TorchTitan").
+    replays it. That graph holds the step's FSDP/TP collectives, and phantom does not simulate
+    collectives inside a captured graph (engine/graphs.py: a replay would have to meet its
+    peers' replays at the coordinator), so under simulation the default becomes True: the step
+    runs eagerly, with the same kernels and eager launch overhead on the host (documented
+    fallback, README "TorchTitan").
     Asking for graphs explicitly (`--training.no-disable-cuda-graphs`) is an error below."""
     defaults = module.TrainingConfig.__init__.__kwdefaults__
     defaults["disable_cuda_graphs"] = True
