@@ -427,8 +427,9 @@ class Simulation:
         return 0 if s is None else s.stream_id
 
     # -- sync points (called from the torch.cuda API) -------------------------------------
-    def _sync(self, fn, *args) -> None:
-        if self.capture is not None:
+    def _sync(self, fn, *args, capturable: bool = False) -> None:
+        if self.capture is not None and not capturable:
+            # CUDA's global capture mode refuses every host sync while any stream captures
             capture_error(f"torch.cuda {fn.__name__}")
         if self.comm is not None:
             self.comm.flush()  # isend/irecv nobody waited for still complete before a sync
@@ -452,7 +453,7 @@ class Simulation:
         if self.capture is not None and self.capture.captures(stream_id):
             self.capture.record_event(event, stream_id)
             return
-        self._sync(self.timeline.record_event, event, stream_id)
+        self._sync(self.timeline.record_event, event, stream_id, capturable=True)
 
     def stream_wait_event(self, stream_id: int, event: Event) -> None:
         if self.capture is not None and self.capture.wait_event(stream_id, event):
@@ -657,13 +658,16 @@ class Simulation:
     # -- CUDA graphs (interception/cuda_api.py CUDAGraph) ----------------------------------
     def begin_capture(self, pool: int) -> None:
         """The current stream starts capturing a graph whose memory comes from `pool`."""
-        if self.capture is not None:
-            raise RuntimeError("CUDA error: operation not permitted when stream is capturing "
-                               "(another CUDA graph capture is under way in this process)")
         stream_id = self._current_stream_id()
         if stream_id == 0:
             raise RuntimeError("CUDA graphs must be captured on a non-default stream. (However, "
                                "after capture, it's ok to replay them on the default stream.)")
+        self._start_capture(stream_id, pool)
+
+    def _start_capture(self, stream_id: int, pool: int) -> None:
+        if self.capture is not None:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing "
+                               "(another CUDA graph capture is under way in this process)")
         self._end_fused_kernel(None)
         self.capture = GraphCapture(stream_id, pool)
 
@@ -697,8 +701,7 @@ class Simulation:
         """Capture what `fn` launches on the current stream (a reduce-overhead compiled graph's
         recording, which may run on the default stream: CUDA graph trees capture on a side
         stream of their own), then replay it once, as the recording computes its outputs."""
-        self._end_fused_kernel(None)
-        self.capture = GraphCapture(self._current_stream_id(), pool)
+        self._start_capture(self._current_stream_id(), pool)
         try:
             out = fn()
         finally:

@@ -38,10 +38,8 @@ INSTANTIATE_HOST_NS_PER_NODE = 4_400.0
 def replay_host_ns(nodes: int) -> float:
     """Host time of one replay of a graph of `nodes` kernels (REPLAY_HOST_US)."""
     ks = [k for k, _ in REPLAY_HOST_US]
-    i = bisect.bisect_left(ks, nodes)
-    if i == 0:
-        return REPLAY_HOST_US[0][1] * 1e3
-    (k0, u0), (k1, u1) = REPLAY_HOST_US[min(i, len(ks) - 1) - 1], REPLAY_HOST_US[min(i, len(ks) - 1)]
+    i = min(max(bisect.bisect_left(ks, nodes), 1), len(ks) - 1)  # the segment holding `nodes`
+    (k0, u0), (k1, u1) = REPLAY_HOST_US[i - 1], REPLAY_HOST_US[i]
     return (u0 + (u1 - u0) * (nodes - k0) / (k1 - k0)) * 1e3
 
 

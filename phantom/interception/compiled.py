@@ -412,9 +412,7 @@ def phantom_backend(sim: "Simulation", graph_node_ns: float, cuda_graphs: bool =
     from torch._functorch import config as functorch_config
     from torch._inductor.decomposition import select_decomp_table
 
-    from phantom.interception.cuda_api import node_call
-
-    from phantom.interception.cuda_api import NODE_HOST_NS, new_pool_key
+    from phantom.interception.cuda_api import NODE_HOST_NS, new_pool_key, node_call
 
     # one pool and one set of static outputs per compiled program, as a tree has
     pool, tree_outputs = new_pool_key(), weakref.WeakSet()
