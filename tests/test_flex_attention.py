@@ -61,7 +61,8 @@ def test_flex_attention_costs_the_blocks_its_mask_keeps():
 FLEX_SCRIPT = """
 import torch
 from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-q, k, v = (torch.randn(4, 16, 4096, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+# batch 16: GPU-bound, so the events time the kernels and not this machine's host noise
+q, k, v = (torch.randn(16, 16, 4096, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
            for _ in range(3))
 unknown = torch.zeros(4096, dtype=torch.int64, device="cuda")  # made on the device: values unknown
 docs = (torch.arange(4096) // 512).cuda()  # 8 documents, from the CPU: values known
