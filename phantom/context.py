@@ -594,16 +594,10 @@ class Simulation:
         pinned = _is_pinned(src)
         nbytes = src.numel() * src.element_size()
         copy_ns = 2_000.0 + nbytes / (PINNED_GBPS if pinned else H2D_PAGEABLE_GBPS)
-        if self._captured_copy("HtoD", copy_ns, nbytes, stream_id, blocking=not (pinned and non_blocking)):
-            return True
-        h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
-                                          uses_sms=False)
-        self.class_gpu_ns["copy"] += copy_ns
+        if not self._launch_copy("HtoD", pinned, copy_ns, nbytes, stream_id, src,
+                                 blocking=not (pinned and non_blocking)):
+            return True  # captured into a CUDA graph
         self.source_gpu_ns["model"] += copy_ns
-        if self.recorder is not None:
-            self.recorder.kernel("Memcpy HtoD" + (" (pinned)" if pinned else ""), "copy", "model",
-                                 stream_id, start, end, h0, self.timeline.host_ns, (src,))
         if not (pinned and non_blocking):
             h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
@@ -622,16 +616,8 @@ class Simulation:
         stream_id = self._current_stream_id()
         nbytes = t.numel() * t.element_size()
         copy_ns = 2_000.0 + nbytes / (PINNED_GBPS if pinned else PCIE_GBPS)
-        if self._captured_copy("DtoH", copy_ns, nbytes, stream_id, blocking, what):
-            return
-        h0 = self.timeline.host_ns
-        start, end = self.timeline.launch(stream_id, copy_ns, HOST_KERNEL_LAUNCH_NS * self.rank_pace,
-                                          uses_sms=False)
-        self.class_gpu_ns["copy"] += copy_ns
-        if self.recorder is not None:
-            self.recorder.kernel("Memcpy DtoH" + (" (pinned)" if pinned else ""), "copy", "model",
-                                 stream_id, start, end, h0,
-                                 self.timeline.host_ns, (t,))
+        if not self._launch_copy("DtoH", pinned, copy_ns, nbytes, stream_id, t, blocking, what):
+            return  # captured into a CUDA graph
         if blocking:
             h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
@@ -639,20 +625,27 @@ class Simulation:
             if self.recorder is not None:
                 self.recorder.host_span(f"read ({what})", h1, self.timeline.host_ns, "sync")
 
-    def _captured_copy(self, direction: str, copy_ns: float, nbytes: int, stream_id: int,
-                       blocking: bool, what: str = "") -> bool:
-        """A copy on a capturing stream: a node of the graph if the host need not wait for it
-        (pinned memory, non_blocking), else CUDA's capture error. False: not capturing."""
-        if self.capture is None or not self.capture.captures(stream_id):
-            return False
-        if blocking:
-            capture_error(what or f"a {direction} copy the host waits for (pageable memory, or "
-                          f"non_blocking=False)")
+    def _launch_copy(self, direction: str, pinned: bool, copy_ns: float, nbytes: int,
+                     stream_id: int, tensor: torch.Tensor, blocking: bool, what: str = "") -> bool:
+        """Enqueue a copy-engine transfer (the caller then waits for it if `blocking`). On a
+        capturing stream it becomes a node of the graph if the host need not wait for it
+        (pinned memory, non_blocking), else CUDA's capture error; False: captured."""
+        name = f"Memcpy {direction}" + (" (pinned)" if pinned else "")
         host_ns = HOST_KERNEL_LAUNCH_NS * self.rank_pace
-        self.timeline.advance_host(host_ns)
-        self.capture.kernel(f"Memcpy {direction} (pinned)",
-                            KernelCost(copy_ns, "copy", "model", 0.0, float(nbytes)), stream_id,
-                            uses_sms=False)
+        if self.capture is not None and self.capture.captures(stream_id):
+            if blocking:
+                capture_error(what or f"a {direction} copy the host waits for (pageable memory, "
+                              f"or non_blocking=False)")
+            self.timeline.advance_host(host_ns)
+            self.capture.kernel(name, KernelCost(copy_ns, "copy", "model", 0.0, float(nbytes)),
+                                stream_id, uses_sms=False)
+            return False
+        h0 = self.timeline.host_ns
+        start, end = self.timeline.launch(stream_id, copy_ns, host_ns, uses_sms=False)
+        self.class_gpu_ns["copy"] += copy_ns
+        if self.recorder is not None:
+            self.recorder.kernel(name, "copy", "model", stream_id, start, end, h0,
+                                 self.timeline.host_ns, (tensor,))
         return True
 
     # -- CUDA graphs (interception/cuda_api.py CUDAGraph) ----------------------------------
