@@ -73,6 +73,9 @@ REAL_CONFIGS = [
     # published row, measurable on a one-GPU machine.
     Config("pub-1.7b-1gpu", PUB_1GPU, nproc=1),
     Config("pub-1.7b-1gpu-local", PUB_1GPU[:-2] + ("--core-attention", "local"), nproc=1),
+    # The same with Megatron-LM's default gradient-accumulation fusion; on a real GPU without
+    # Apex it needs bench/device/apex_shim on PYTHONPATH (bench/device/wgrad_fusion.sh).
+    Config("pub-1.7b-1gpu-gaf", PUB_1GPU + ("--gradient-accumulation-fusion",), nproc=1),
     # MoE on 2 GPUs (issue 8's Mixtral and Qwen3 presets cut to 4 layers): expert parallelism 2
     # with the all-to-all dispatcher (dense layers data-parallel), and Mixtral with TP2 + SP
     # (experts split by TP). Real routing is whatever the router picks (or random logits, `-balanced`:
@@ -102,11 +105,15 @@ PUBLISHED = [
     Published("16B TP4", "gpt-16b", 4, 192, 489.1),
 ]
 # What the published runs used that the local spec has: distributed optimizer, overlapped
-# grad reduce and param gather, sequence parallel with TP; fused attention (TE) is stood in
-# for by torch SDPA's flash kernel. Micro batch 1 is an assumption (the README does not say).
+# grad reduce and param gather, sequence parallel with TP, gradient-accumulation fusion
+# (Megatron-LM's default: its flag is `--no-gradient-accumulation-fusion`; TE's linear layers
+# fuse it themselves, the local spec through Apex's extension, which phantom simulates);
+# fused attention (TE) is stood in for by torch SDPA's flash kernel. Micro batch 1 is an
+# assumption (the README does not say).
 PUBLISHED_ARGS = ("--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size",
                   "192", "--use-distributed-optimizer", "--overlap-grad-reduce",
-                  "--overlap-param-gather", "--core-attention", "sdpa", "--train-iters", "5",
+                  "--overlap-param-gather", "--gradient-accumulation-fusion",
+                  "--core-attention", "sdpa", "--train-iters", "5",
                   "--disable-gloo-process-groups")
 
 
@@ -223,7 +230,8 @@ def cmd_published(args: argparse.Namespace) -> None:
         cmd = [sys.executable, "-m", "phantom.cli", "run", "--cluster", "h100-ib", "--nnodes",
                str(p.gpus // 8), "--ranks", "auto", *shlex.split(args.phantom_args), str(SCRIPT), "--preset", p.preset,
                "--tp", str(p.tp), *(("--sequence-parallel",) if p.tp > 1 else ()),
-               *PUBLISHED_ARGS]
+               *(a for a in PUBLISHED_ARGS
+                 if args.gaf or a != "--gradient-accumulation-fusion")]
         rc, out, wall = run(cmd, args.timeout)
         r = parse(out)
         rows.append(dict(name=p.name, gpus=p.gpus, tp=p.tp, published_tflops=p.tflops, rc=rc,
@@ -297,6 +305,8 @@ def main() -> None:
     q.add_argument("--out", required=True)
     q.add_argument("--rows")
     q.add_argument("--phantom-args", default="", help="extra `phantom run` options, e.g. '--rank-spread 0'")
+    q.add_argument("--no-gradient-accumulation-fusion", dest="gaf", action="store_false",
+                   help="run the rows without it (before session 26), for comparison")
     q.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "table": cmd_table,

@@ -92,3 +92,64 @@ def test_gloo_groups_with_representative_ranks_are_a_clear_error():
                         "--disable-gloo-process-groups"], timeout=200)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     assert "1 of 16 ranks ran" in proc.stderr
+
+
+def test_gradient_accumulation_fusion_is_one_gemm_into_main_grad(run_script):
+    """Apex's fused_weight_gradient_mlp_cuda is simulated: Megatron-Core sees it, and the
+    weight gradient accumulates into the fp32 main_grad inside its GEMM (beta = 1): no bf16
+    gradient tensor, no add kernel, so it beats the unfused GEMM + add and costs at least the
+    plain GEMM."""
+    proc, report = run_script("""
+        import torch
+        from megatron.core.tensor_parallel import layers
+        import fused_weight_gradient_mlp_cuda as ext
+
+        print("available", layers._grad_accum_fusion_available)
+        x = torch.randn(8192, 4096, device="cuda", dtype=torch.bfloat16)   # [tokens, in]
+        g = torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16)   # [tokens, out]
+        main_grad = torch.zeros(2048, 4096, device="cuda", dtype=torch.float32)
+        half_grad = torch.zeros(2048, 4096, device="cuda", dtype=torch.bfloat16)
+
+        def timed(f):
+            f()  # once first: a new block's cudaMalloc is not the kernel's time
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(); f(); end.record(); end.synchronize()
+            return start.elapsed_time(end)
+
+        g.t().matmul(x)  # the stream's first GEMM allocates cuBLAS's workspace (32 MiB), as on a GPU
+        before = torch.cuda.memory_allocated()
+        ext.wgrad_gemm_accum_fp32(x, g, main_grad)
+        print("allocated", torch.cuda.memory_allocated() - before, main_grad.dtype, tuple(main_grad.shape))
+        fused = timed(lambda: ext.wgrad_gemm_accum_fp32(x, g, main_grad))
+        timed(lambda: ext.wgrad_gemm_accum_fp16(x, g, half_grad))
+        print("half", half_grad.dtype, tuple(half_grad.shape))
+        unfused = timed(lambda: main_grad.add_(g.t().matmul(x)))
+        gemm = timed(lambda: g.t().matmul(x))
+        print("ms", fused, unfused, gemm)
+    """)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "available True" in out
+    assert "allocated 0 torch.float32 (2048, 4096)" in out
+    assert "half torch.bfloat16 (2048, 4096)" in out
+    fused, unfused, gemm = map(float, re.search(r"ms (\S+) (\S+) (\S+)", out).groups())
+    assert gemm <= fused < unfused
+    ops = {o["op"]: o["calls"] for o in report["top_ops"]}
+    assert ops.get("addmm.dtype_out") == 3 and ops.get("addmm_.default") == 2
+
+
+def test_a_real_module_wins_over_its_simulated_stand_in():
+    """The simulated extension is imported only where the real one is not installed."""
+    import sys
+
+    from phantom.adapters import _AdapterFinder
+
+    finder = _AdapterFinder({}, {}, {"json": "phantom.adapters.megatron:wgrad_accumulation_extension",
+                                     "no_such_extension_here": "phantom.adapters.megatron:wgrad_accumulation_extension"})
+    sys.meta_path.insert(0, finder)
+    try:
+        assert finder.find_spec("json", None) is None  # the real json: the usual finders answer
+        spec = finder.find_spec("no_such_extension_here", None)
+        assert spec is not None and spec.loader is not None
+    finally:
+        sys.meta_path.remove(finder)

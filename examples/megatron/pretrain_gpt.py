@@ -166,6 +166,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--make-vocab-size-divisible-by", type=int, default=128)
     p.add_argument("--disable-gloo-process-groups", action="store_true",
                    help="create no gloo (CPU) groups; they serve only checkpointing here")
+    p.add_argument("--gradient-accumulation-fusion", action="store_true",
+                   help="accumulate weight gradients into the fp32 main_grad inside the wgrad "
+                        "GEMM (Megatron-LM's default; needs Apex's fused_weight_gradient_mlp_cuda, "
+                        "which phantom simulates)")
     p.add_argument("--seed", type=int, default=1234)
     return p.parse_args()
 
@@ -220,6 +224,7 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
         sequence_parallel=args.sequence_parallel,
         variable_seq_lengths=False,
         deallocate_pipeline_outputs=True,
+        gradient_accumulation_fusion=args.gradient_accumulation_fusion,
         **moe,
         **recompute,
     )

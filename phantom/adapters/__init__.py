@@ -3,7 +3,9 @@
 Each adapter patches the few places where a framework's code cannot tell a simulated tensor
 from a real one, with a comment naming the framework code it works around and why. The
 import hook below runs an adapter's `apply()` right after the module it targets finishes
-importing, so a script that never imports the framework pays nothing.
+importing, so a script that never imports the framework pays nothing. A few compiled CUDA
+extensions that frameworks import from the cluster's software stack (Apex's, say) are
+simulated modules here, importable only where the real one is not installed.
 """
 from __future__ import annotations
 
@@ -55,6 +57,12 @@ AROUND_IMPORT: dict[str, str] = {
     "torchtitan.models.common.attention": "phantom.adapters.torchtitan:quiet_module_compile",
     "torchvision._meta_registrations": "phantom.adapters.torchvision:skip_missing_op_rules",
 }
+# module name -> factory (a function of no arguments that returns the module) for a compiled
+# CUDA extension that a GPU cluster's software stack has and this machine cannot build: the
+# simulated module is imported in its place, only where the real one is not installed.
+SIMULATED_MODULES: dict[str, str] = {
+    "fused_weight_gradient_mlp_cuda": "phantom.adapters.megatron:wgrad_accumulation_extension",
+}
 
 
 def _resolve(target: str) -> Callable[[ModuleType], None]:
@@ -82,32 +90,53 @@ class _PatchingLoader(importlib.abc.Loader):
             _resolve(self._patch)(module)
 
 
+class _SimulatedModuleLoader(importlib.abc.Loader):
+    def __init__(self, factory: str) -> None:
+        self._factory = factory
+
+    def create_module(self, spec):
+        module = _resolve(self._factory)()
+        module.__spec__ = spec
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        pass  # the factory built it
+
+
 class _AdapterFinder(importlib.abc.MetaPathFinder):
-    def __init__(self, patches: dict[str, str], around: dict[str, str]) -> None:
+    def __init__(self, patches: dict[str, str], around: dict[str, str],
+                 simulated: dict[str, str]) -> None:
         self._patches = patches
         self._around = around
+        self._simulated = simulated
 
     def find_spec(self, fullname, path, target=None):
         patch = self._patches.get(fullname)
         around = self._around.get(fullname)
-        if patch is None and around is None:
+        factory = self._simulated.get(fullname)
+        if patch is None and around is None and factory is None:
             return None
         sys.meta_path.remove(self)  # find the real spec without recursing into ourselves
         try:
             spec = importlib.util.find_spec(fullname)
         finally:
             sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None:
+        if spec is None and factory is not None:
+            return importlib.util.spec_from_loader(fullname, _SimulatedModuleLoader(factory))
+        if spec is None or spec.loader is None or (patch is None and around is None):
             return None
         spec.loader = _PatchingLoader(spec.loader, patch, around)
         return spec
 
 
-def install(patches: dict[str, str] | None = None, around: dict[str, str] | None = None) -> None:
-    """Apply the adapters (by default all of them) to modules imported from now on."""
+def install(patches: dict[str, str] | None = None, around: dict[str, str] | None = None,
+            simulated: dict[str, str] | None = None) -> None:
+    """Apply the adapters (by default all of them) to modules imported from now on, and make
+    the simulated extension modules importable."""
     patches = ADAPTERS if patches is None else patches
     around = AROUND_IMPORT if around is None else around
+    simulated = SIMULATED_MODULES if simulated is None else simulated
     for name, patch in patches.items():  # already imported (e.g. by a sitecustomize)
         if name in sys.modules:
             _resolve(patch)(sys.modules[name])
-    sys.meta_path.insert(0, _AdapterFinder(patches, around))
+    sys.meta_path.insert(0, _AdapterFinder(patches, around, simulated))

@@ -12,6 +12,10 @@ Simulation policy (README, "Megatron-Core"):
   multi-tensor L2 norm). Each read costs its simulated sync, and the value is phantom's
   placeholder (0.0): clipping never scales the gradients and no skipped/NaN-iteration path is
   taken; the log's "grad norm" is that placeholder, not a measurement.
+- Gradient-accumulation fusion (`gradient_accumulation_fusion=True`, Megatron-LM's default):
+  Apex's `fused_weight_gradient_mlp_cuda` extension is simulated (`wgrad_accumulation_extension`),
+  as on the NGC containers the published runs used, so the weight gradient accumulates into the
+  fp32 `main_grad` inside its GEMM instead of a bf16 gradient plus an add kernel.
 - MoE: experts are load-balanced. The router runs as usual on simulated logits, and the
   token dispatcher's counts (which Megatron reads to the host to size its all-to-all and the
   expert GEMMs) are an analytic uniform dispatch: each expert gets tokens x top-k / experts.
@@ -59,6 +63,49 @@ def patch_moe_utils(module: ModuleType) -> None:
     if not hasattr(module, "te_general_gemm"):
         module.te_general_gemm = None
     _patch_permutation(module)
+
+
+# -- Apex's gradient-accumulation fusion ------------------------------------------------------
+
+def _wgrad_gemm_accum(input: torch.Tensor, d_output: torch.Tensor, d_weight: torch.Tensor) -> None:
+    """apex csrc/megatron/fused_weight_gradient_dense.cpp `wgrad_gemm_accum_fp32/fp16(input,
+    d_output, d_weight)`: d_weight += d_output^T @ input, one cuBLAS GEMM with beta = 1 whose C
+    is `d_weight` itself (fp32 for the fp32 variant, the inputs' dtype for the fp16 one).
+    Simulated as the same GEMM: `addmm` with `out=d_weight`, so the cost model charges one GEMM
+    that reads and writes C at its dtype, and no separate gradient tensor or add kernel."""
+    input_2d = input.reshape(-1, input.shape[-1])
+    d_output_2d = d_output.reshape(-1, d_output.shape[-1])
+    if d_weight.dtype == input.dtype:
+        d_weight.addmm_(d_output_2d.t(), input_2d)
+    else:
+        torch.addmm(d_weight, d_output_2d.t(), input_2d, out_dtype=d_weight.dtype, out=d_weight)
+
+
+# The extension call's own host work on the node: pybind11's conversion of three tensors and
+# the cuBLAS call's set-up, less the launch, which is charged with the GEMM as for any matmul
+# (context.py HOST_KERNEL_LAUNCH_NS + GEMM_EXTRA_HOST_NS). Not measured: the lent machines have
+# no Apex. Bounded by a whole eager torch op on CPU tensors (Python argument parsing, dispatch
+# and a tiny kernel) on the lent H200 host, 2.9 us (context.py).
+APEX_WGRAD_CALL_NS = 2_900.0
+
+
+def wgrad_accumulation_extension() -> ModuleType:
+    """The simulated `fused_weight_gradient_mlp_cuda` module (Apex, built in NVIDIA's PyTorch
+    containers). megatron/core/tensor_parallel/layers.py imports it at module load and, with
+    `gradient_accumulation_fusion=True`, calls it in `LinearWithGradAccumulationAndAsync
+    Communication.backward` instead of `grad_output.t().matmul(total_input)`; Megatron's DDP
+    hook then skips its `main_grad.add_(grad)` (`grad_added_to_main_grad`). Without the module
+    Megatron-Core refuses the option and Megatron-LM turns it off with a warning."""
+    module = ModuleType("fused_weight_gradient_mlp_cuda",
+                        "phantom: Apex's fused weight-gradient accumulation, simulated")
+    from phantom.interception.cuda_api import node_call
+
+    # One C++ call on the node, not the handful of torch ops that simulate it here: what
+    # phantom spends answering them is its own time (node_call), the node pays the call.
+    for name in ("wgrad_gemm_accum_fp32", "wgrad_gemm_accum_fp16"):
+        site = f"fused_weight_gradient_mlp_cuda.{name}"
+        setattr(module, name, node_call(site, APEX_WGRAD_CALL_NS)(_wgrad_gemm_accum))
+    return module
 
 
 # -- MoE: load-balanced experts ---------------------------------------------------------------
