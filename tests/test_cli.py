@@ -114,6 +114,34 @@ def test_argv_main_cwd_stdout_and_exit_code(run_script, tmp_path):
     assert "to stderr" in proc.stderr
 
 
+@pytest.mark.parametrize("ranks", ["1", "2"])
+def test_exit_runs_the_scripts_exit_hooks_and_keeps_its_files(run_script, tmp_path, ranks):
+    """A rank process ends without the interpreter's teardown (bootstrap.exit_process: after a
+    backward pass the autograd thread could abort it there), yet what a script relies on at
+    exit still happens: its non-daemon threads finish, atexit handlers run, files it never
+    closed keep what it wrote, and its exit code stands. On one rank and on two (the fork
+    server's children)."""
+    proc, _ = run_script(
+        """
+        import atexit, os, sys, threading, time, torch
+        log = open(f"{sys.argv[1]}.{os.environ.get('RANK', '0')}", "w")  # never closed
+        log.write("written, never closed\\n")
+        x = torch.randn(64, 64, device="cuda", requires_grad=True)
+        (x @ x).sum().backward()
+        atexit.register(lambda: print("atexit ran", flush=True))
+        threading.Thread(target=lambda: (time.sleep(0.3), print("thread finished", flush=True))).start()
+        sys.exit(3)
+        """,
+        "--quiet", "--nproc-per-node", ranks, args=(str(tmp_path / "log"),),
+    )
+    assert proc.returncode == 3, proc.stderr[-2000:]
+    assert "thread finished" in proc.stdout and "atexit ran" in proc.stdout
+    assert proc.stdout.index("thread finished") < proc.stdout.index("atexit ran")
+    for rank in range(int(ranks)):
+        assert (tmp_path / f"log.{rank}").read_text() == "written, never closed\n"
+    assert "terminate called" not in proc.stderr
+
+
 def test_script_exception_shows_its_traceback_and_exits_1(run_script):
     proc, _ = run_script(
         """

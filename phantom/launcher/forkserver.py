@@ -84,8 +84,9 @@ def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
     pid = os.fork()
     if pid:
         return pid
-    # The child: a rank process. Exit through os._exit only: the server's own state
-    # (socket, selector) must not be torn down or flushed twice.
+    # The child: a rank process. Exit through bootstrap.exit_process only (os._exit after the
+    # script's exit hooks): the server's own state (socket, selector) must not be torn down or
+    # flushed twice.
     code = 1
     try:
         os.setsid()  # its own process group: the launcher kills it as a whole
@@ -110,8 +111,9 @@ def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
         traceback.print_exc()
     finally:
         try:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            from phantom.launcher.bootstrap import exit_process
+
+            exit_process(code)
         finally:
             os._exit(code)
 
