@@ -182,29 +182,33 @@ def main() -> int:
 def exit_process(code: int) -> NoReturn:
     """End this rank process as the interpreter's own exit would, less its teardown.
 
-    After a backward pass the autograd engine's thread for the (fake) CUDA device can still be
-    freeing the graph's saved tensors, whose storages' finalizers call into Python. If the main
-    thread is finalizing the interpreter by then, CPython 3.11 ends that thread with
-    `pthread_exit` when it asks for the GIL, which unwinds through a noexcept C++ deleter:
-    `terminate called without an active exception`, SIGABRT (exit code 250), after the run had
-    finished and printed everything (1-3% of single-GPU runs on a loaded machine). So the
-    interpreter is not torn down: what a script can rely on at exit is done here, in the
-    interpreter's order (threading's exit hooks and the joins of non-daemon threads, atexit
-    handlers, open files flushed), and the process ends with os._exit."""
+    A finished run's interpreter teardown aborted now and then after a backward pass on the
+    fake CUDA device: `terminate called without an active exception`, SIGABRT, exit code 250,
+    after everything was printed (7 of 50 single-GPU runs, two at a time on a 2-core VM; 0 of
+    50 this way). The likely cause: the autograd engine's device thread is still freeing the
+    graph's saved tensors, whose fake storages' finalizers call into Python, and CPython 3.11
+    ends a thread that asks for the GIL during finalization with `pthread_exit`, which unwinds
+    through a noexcept C++ deleter. So the interpreter is not torn down: what a script can rely
+    on at exit is done here, in the interpreter's order (threading's exit hooks and the joins
+    of non-daemon threads, atexit handlers, open files flushed), and the process ends with
+    os._exit."""
     try:
-        threading._shutdown()  # what Py_FinalizeEx runs first (private, stable since 3.4)
-    except Exception:
-        pass
-    atexit._run_exitfuncs()
-    # Unclosed files a script still holds are flushed by their finalizers in a normal exit.
-    for obj in gc.get_objects():
-        if isinstance(obj, io.IOBase):
-            try:
-                if not obj.closed:
-                    obj.flush()
-            except Exception:
-                pass
-    os._exit(code)
+        try:
+            threading._shutdown()  # what Py_FinalizeEx runs first (private, stable since 3.4)
+        except Exception:
+            pass
+        atexit._run_exitfuncs()
+        # Unclosed files a script still holds are flushed by their finalizers in a normal exit.
+        # (type(), not isinstance: a dead weakref.proxy raises on its __class__.)
+        for obj in gc.get_objects():
+            if issubclass(type(obj), io.IOBase):
+                try:
+                    if not obj.closed:
+                        obj.flush()
+                except Exception:
+                    pass
+    finally:
+        os._exit(code)
 
 
 if __name__ == "__main__":
