@@ -96,10 +96,10 @@ def wgrad_accumulation_extension() -> ModuleType:
     Communication.backward` instead of `grad_output.t().matmul(total_input)`; Megatron's DDP
     hook then skips its `main_grad.add_(grad)` (`grad_added_to_main_grad`). Without the module
     Megatron-Core refuses the option and Megatron-LM turns it off with a warning."""
-    module = ModuleType("fused_weight_gradient_mlp_cuda",
-                        "phantom: Apex's fused weight-gradient accumulation, simulated")
     from phantom.interception.cuda_api import node_call
 
+    module = ModuleType("fused_weight_gradient_mlp_cuda",
+                        "phantom: Apex's fused weight-gradient accumulation, simulated")
     # One C++ call on the node, not the handful of torch ops that simulate it here: what
     # phantom spends answering them is its own time (node_call), the node pays the call.
     for name in ("wgrad_gemm_accum_fp32", "wgrad_gemm_accum_fp16"):

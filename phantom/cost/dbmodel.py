@@ -157,9 +157,9 @@ class DatabaseCostModel:
         C (read and written in fp32 instead of written in bf16; nothing where the model has
         the GEMM compute-bound). Without this the fused wgrad accumulation would fall to the
         roofline while the unfused GEMM + add it replaces is measured, and the two paths would
-        not compare. On a real H100 the fused call took 0-20% (median 7.5%) longer than the
-        plain GEMM at the published Megatron rows' shapes (bench/wgrad_fusion.py): an epilogue
-        the model mostly hides, so this errs low by about that."""
+        not compare. On a real H100 the fused call took a median 6-10% longer than the plain
+        GEMM at the published Megatron rows' shapes (two rounds, bench/wgrad_fusion.py): an
+        epilogue the model hides, so this errs low by about that."""
         plain = plain_gemm_of(func, args)
         if plain is None:
             return None
