@@ -5,10 +5,10 @@ simulation must be installed before the user's script imports anything.
 """
 from __future__ import annotations
 
+import _io
 import atexit
 import faulthandler
 import gc
-import io
 import os
 import runpy
 import signal
@@ -199,9 +199,11 @@ def exit_process(code: int) -> NoReturn:
             pass
         atexit._run_exitfuncs()
         # Unclosed files a script still holds are flushed by their finalizers in a normal exit.
-        # (type(), not isinstance: a dead weakref.proxy raises on its __class__.)
+        # (type(), not isinstance: a dead weakref.proxy raises on its __class__; and the C
+        # base of every built-in file class, not the io.IOBase ABC, whose check took 0.5 s
+        # over the ~480k objects of a process with Megatron and DeepSpeed imported, 0.13 s so.)
         for obj in gc.get_objects():
-            if issubclass(type(obj), io.IOBase):
+            if issubclass(type(obj), _io._IOBase):
                 try:
                     if not obj.closed:
                         obj.flush()
