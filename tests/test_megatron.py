@@ -59,14 +59,16 @@ def test_tp2_pp2_on_four_ranks(tmp_path):
 
 def test_moe_expert_parallel_and_vpp():
     """MoE with EP 2 through the all-to-all dispatcher (uniform expert counts), and the
-    interleaved schedule with the distributed optimizer and overlapped DP communication."""
+    interleaved schedule with the distributed optimizer, overlapped DP communication and
+    gradient-accumulation fusion (Megatron refuses the flag without Apex's extension)."""
     proc, out, iters = _train(2, "--preset", "tiny-moe", "--ep", "2", "--train-iters", "2")
     assert proc.returncode == 0, out[-4000:]
     assert [i["it"] for i in iters] == [1, 2]
     proc, out, iters = _train(2, "--preset", "tiny", "--pp", "2", "--vpp", "1",
                               "--global-batch-size", "4", "--train-iters", "2",
                               "--use-distributed-optimizer", "--overlap-grad-reduce",
-                              "--overlap-param-gather", "--recompute-granularity", "full")
+                              "--overlap-param-gather", "--recompute-granularity", "full",
+                              "--gradient-accumulation-fusion")
     assert proc.returncode == 0, out[-4000:]
     assert "VPP 2" in out and [i["it"] for i in iters] == [1, 2]
 
