@@ -325,11 +325,14 @@ def test_a_compiled_training_step_runs_inductors_kernels(run_script):
             def forward(self, x):
                 return x + self.proj(F.gelu(self.fc(self.norm(x)), approximate="tanh"))
         block = Block().cuda()
-        # GPU-bound (~10 ms a step): a compiled call's guards and wrappers cost the host more
-        # than an eager one's (bench/README.md, Session 23), which small steps would show
-        x = torch.randn(32, 2048, 1024, device="cuda", requires_grad=True)
+        # GPU-bound (~16 ms a step): a compiled call's guards and wrappers cost the host more
+        # than an eager one's (bench/README.md, Session 23), which small steps would show; at
+        # half this batch the compiled step's margin (0.91-0.93 of eager) was within host noise
+        # of the 0.95 below when tests ran two at a time
+        x = torch.randn(64, 2048, 1024, device="cuda", requires_grad=True)
         for name, fn in (("eager", block), ("compiled", torch.compile(block))):
-            for step in range(3):  # the first compiled call traces; steady state after
+            times = []
+            for step in range(4):  # the first compiled call traces; steady state after
                 torch.cuda.synchronize()
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -337,7 +340,10 @@ def test_a_compiled_training_step_runs_inductors_kernels(run_script):
                     y = fn(x)
                 y.float().sum().backward()
                 end.record(); torch.cuda.synchronize()
-            print(name + "=", start.elapsed_time(end))
+                times.append(start.elapsed_time(end))
+            # the best steady step: a host hiccup of this loaded machine in one step is not the
+            # GPU work the two paths differ in
+            print(name + "=", min(times[1:]))
         """,
         "--quiet", "--gpu", "H100",
     )
@@ -522,8 +528,9 @@ def test_pinned_host_memory_as_on_a_gpu_machine(run_script):
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(); copy(); end.record(); end.synchronize()
             return start.elapsed_time(end)
-        pinned_ms = d2h_ms(lambda: a.copy_(g))
-        pageable_ms = d2h_ms(lambda: torch.empty(64 * MiB // 4).copy_(g))
+        # best of three: a host hiccup before one copy is issued is not the copy's speed
+        pinned_ms = min(d2h_ms(lambda: a.copy_(g)) for _ in range(3))
+        pageable_ms = min(d2h_ms(lambda: torch.empty(64 * MiB // 4).copy_(g)) for _ in range(3))
         print("d2h_pinned_faster=", pinned_ms < 0.5 * pageable_ms)
         print("d2h_non_blocking_pinned=", g.to("cpu", non_blocking=True).is_pinned())
         # freed pinned blocks are cached by power-of-two size, as PyTorch's host allocator does
