@@ -14,8 +14,8 @@ Simulation policy (README, "Megatron-Core"):
   taken; the log's "grad norm" is that placeholder, not a measurement.
 - Gradient-accumulation fusion (`gradient_accumulation_fusion=True`, Megatron-LM's default):
   Apex's `fused_weight_gradient_mlp_cuda` extension is simulated (`wgrad_accumulation_extension`),
-  as on the NGC containers the published runs used, so the weight gradient accumulates into the
-  fp32 `main_grad` inside its GEMM instead of a bf16 gradient plus an add kernel.
+  so the weight gradient accumulates into the fp32 `main_grad` inside its GEMM instead of a
+  bf16 gradient plus an add kernel, as in the published runs (TE fuses it the same way).
 - MoE: experts are load-balanced. The router runs as usual on simulated logits, and the
   token dispatcher's counts (which Megatron reads to the host to size its all-to-all and the
   expert GEMMs) are an analytic uniform dispatch: each expert gets tokens x top-k / experts.
@@ -90,8 +90,8 @@ APEX_WGRAD_CALL_NS = 2_900.0
 
 
 def wgrad_accumulation_extension() -> ModuleType:
-    """The simulated `fused_weight_gradient_mlp_cuda` module (Apex, built in NVIDIA's PyTorch
-    containers). megatron/core/tensor_parallel/layers.py imports it at module load and, with
+    """The simulated `fused_weight_gradient_mlp_cuda` module (Apex's CUDA extension).
+    megatron/core/tensor_parallel/layers.py imports it at module load and, with
     `gradient_accumulation_fusion=True`, calls it in `LinearWithGradAccumulationAndAsync
     Communication.backward` instead of `grad_output.t().matmul(total_input)`; Megatron's DDP
     hook then skips its `main_grad.add_(grad)` (`grad_added_to_main_grad`). Without the module
