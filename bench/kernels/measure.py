@@ -185,6 +185,40 @@ def gemm_cases() -> Iterator[Case]:
         yield scaled_mm_case(m, n, k)
 
 
+def wgrad_case(m: int, n: int, k: int, wide_c: bool) -> Case:
+    """A weight-gradient GEMM, dY^T[M,K] @ X[K,N] (K: tokens), as Megatron's wgrad runs it:
+    into a fresh bf16 gradient, or (`wide_c`) accumulated into an fp32 C in the same call
+    (beta = 1, C read and written in fp32), the cuBLAS call of Apex's
+    fused_weight_gradient_mlp_cuda (Megatron's gradient_accumulation_fusion), through torch's
+    out_dtype addmm. The pair gives what the wider epilogue costs beyond the mainloop."""
+    def make():
+        g, x = rand((k, m)), rand((k, n))
+        return (g, x, rand((m, n), FP32, 0.01)) if wide_c else (g, x)
+
+    if wide_c:
+        def fn(b):
+            return torch.addmm(b[2], b[0].t(), b[1], out_dtype=FP32, out=b[2])
+        c_bytes = 8.0 * m * n  # fp32 C read and D written
+    else:
+        def fn(b):
+            return torch.mm(b[0].t(), b[1])
+        c_bytes = 2.0 * m * n
+    in_bytes = 2.0 * k * (m + n) + (4.0 * m * n if wide_c else 0.0)
+    return Case("addmm" if wide_c else "mm", "gemm", [[m, k], [k, n]] + ([[m, n]] if wide_c else []),
+                "bf16", {"M": m, "N": n, "K": k, "batch": 1, "tag": "wgrad_fp32_c" if wide_c else "wgrad_bf16"},
+                2.0 * m * n * k, 2.0 * k * (m + n) + c_bytes, make, fn, in_bytes=in_bytes)
+
+
+def gemm_wide_c_cases() -> Iterator[Case]:
+    """Weight-gradient GEMMs with a bf16 output and with an fp32 accumulated C, pairwise, over
+    a grid of layer widths and token counts (not the Megatron rows' own shapes)."""
+    for m in (1024, 3072, 5120, 12288):
+        for n in (1024, 2560, 4096, 10240):
+            for k in (2048, 8192, 16384):
+                yield wgrad_case(m, n, k, wide_c=False)
+                yield wgrad_case(m, n, k, wide_c=True)
+
+
 def gemm_alignment_cases() -> Iterator[Case]:
     """GEMMs whose leading dimensions are 8-, 4- or 2-byte aligned (not the 16 bytes cuBLAS's
     TMA kernels need), batched GEMMs of non-power-of-two sizes, and M off multiples of the tile.
@@ -1144,7 +1178,7 @@ GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
     ("optimizer", optimizer_cases), ("conv", conv_cases), ("other", other_cases), ("transfer", transfer_cases),
     ("conv_layout", conv_layout_cases), ("spatial", spatial_cases), ("graph", graph_cases),
     ("conv_grouped", grouped_conv_cases), ("batch_norm", batch_norm_cases),
-    ("cudnn_batch_norm", cudnn_batch_norm_cases),
+    ("cudnn_batch_norm", cudnn_batch_norm_cases), ("gemm_wide_c", gemm_wide_c_cases),
 ]
 
 
