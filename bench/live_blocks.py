@@ -24,14 +24,29 @@ MIB = 2**20
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def site_of(frames: list[dict]) -> str:
-    """The innermost frame outside torch's package: where the script asked for the memory."""
+def python_frames(frames: list[dict]) -> list[str]:
+    """The Python frames of an allocation stack outside torch and phantom, innermost first
+    (a GPU's stacks also hold C++ frames, phantom's none)."""
+    torch_dir = os.sep + "torch" + os.sep
+    return [f"{os.path.basename(f['filename'])}:{f.get('line')} {f.get('name')}" for f in frames
+            if f.get("filename", "").endswith(".py") and torch_dir not in f["filename"]
+            and "phantom" + os.sep not in f["filename"]]
+
+
+def torch_frame(frames: list[dict]) -> str:
+    """The innermost Python frame inside torch (what in torch allocated it), or ''."""
     torch_dir = os.sep + "torch" + os.sep
     for f in frames:
-        name = f.get("filename", "")
-        if torch_dir not in name and "phantom" + os.sep not in name and not name.startswith("<"):
-            return f"{os.path.basename(name)}:{f.get('line')} {f.get('name')}"
-    return "(torch internals)"
+        if f.get("filename", "").endswith(".py") and torch_dir in f["filename"]:
+            return f"torch/{f['filename'].split(torch_dir, 1)[1]}:{f.get('line')}"
+    return ""
+
+
+def site_of(frames: list[dict]) -> str:
+    """Where the script asked for the memory, and the torch frame that allocated it."""
+    own = python_frames(frames)
+    inner = torch_frame(frames)
+    return (own[0] if own else "(no script frame)") + (f" via {inner}" if inner else "")
 
 
 def live_by_site() -> dict[str, float]:
