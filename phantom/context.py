@@ -10,6 +10,7 @@ import gc
 import os
 import statistics
 import sys
+import threading
 import time
 import weakref
 from collections import defaultdict
@@ -158,7 +159,8 @@ class Simulation:
         self.data_reads = 0
         self._storages: dict[int, list] = {}  # live storage key -> [block, recorder's record or None]
         self._streams = _StreamState()
-        self._cublas_workspaces: dict[int, Any] = {}
+        # (thread, stream) -> [workspace block, recorder's record or None] (_gemm_workspace)
+        self._cublas_workspaces: dict[tuple[int, int], list] = {}
         self._next_stream_id = 1
         # Host time is this process's CPU time, not wall time: gaps in wall time include the
         # time the process waits for a core, whether other ranks or other work on this machine
@@ -499,8 +501,8 @@ class Simulation:
             data_reads.set_shadow(out if func is torch.ops.aten._to_copy.default else args[0], src)
             return
         cost = self.cost_model.estimate(func, args, kwargs, out)
-        if cost is not None and cost.op_class == "gemm" and stream_id not in self._cublas_workspaces:
-            self._allocate_cublas_workspace(stream_id)
+        if cost is not None and cost.op_class == "gemm":
+            self._gemm_workspace(stream_id)
         if cost is not None:  # kernel-less ops (views, empty) cost only the measured dispatch
             if self._fused_depth and cost.op_class in FUSABLE_CLASSES:
                 self._fuse(func, args, kwargs, out, cost, stream_id)
@@ -833,13 +835,37 @@ class Simulation:
             entry[1] = record
         self.end_op()
 
-    def _allocate_cublas_workspace(self, stream_id: int) -> None:
-        # cuBLAS takes its workspace from the caching allocator on the first GEMM of each
-        # stream and keeps it for the process lifetime (32 MiB on Hopper; measured on H100).
-        block = self._cublas_workspaces[stream_id] = self._malloc(CUBLAS_WORKSPACE_BYTES, stream_id)
+    def _gemm_workspace(self, stream_id: int) -> None:
+        """cuBLAS's workspace for a GEMM on `stream_id` from this thread: taken from the
+        caching allocator at the first GEMM of each (cuBLAS handle, stream) pair and kept until
+        `torch._C._cuda_clearCublasWorkspaces()` (32 MiB on Hopper; measured on H100).
+
+        torch hands out cuBLAS handles per thread (ATen's CublasHandlePool.cpp, a
+        DeviceThreadHandlePool) and keys the workspaces by handle and stream, so the autograd
+        engine's device thread, which runs the backward's GEMMs, holds workspaces of its own:
+        a real H100 ran a training step with 32 MiB per stream for the forward's GEMMs and
+        32 MiB more for the backward's (bench/live_blocks.py). A thread's identity stands for
+        its handle here (a thread that ends returns its handle for the next to reuse, as a
+        recycled thread id does)."""
+        key = (threading.get_ident(), stream_id)
+        if key in self._cublas_workspaces:
+            return
+        block = self._malloc(CUBLAS_WORKSPACE_BYTES, stream_id)
+        record = None
         if self.recorder is not None:
-            self.recorder.malloc(block.size, self.timeline.host_ns, op="cuBLAS workspace",
-                                 category="other")
+            record = self.recorder.malloc(block.size, self.timeline.host_ns, op="cuBLAS workspace",
+                                          category="other")
+        self._cublas_workspaces[key] = [block, record]
+
+    def clear_cublas_workspaces(self) -> None:
+        """`torch._C._cuda_clearCublasWorkspaces()`: every workspace back to the allocator
+        (torch.compile's CUDA graph trees call it around each warm-up and recording, so that a
+        workspace is not used in two places), allocated again by the next GEMM of its pair."""
+        for block, record in self._cublas_workspaces.values():
+            self.allocator.free(block)
+            if self.recorder is not None:
+                self.recorder.free(record, self.timeline.host_ns)
+        self._cublas_workspaces.clear()
 
     def reset_peak_memory_stats(self) -> None:
         """torch.cuda.reset_peak_memory_stats(): the allocator's peaks, and the recorder's."""
@@ -1124,9 +1150,7 @@ class Simulation:
         self.releases, self._release_credit = 0, 0.0
         self.api_calls, self.api_host_ns = 0, 0.0
         self.first_op_wall_ns = None
-        for block in self._cublas_workspaces.values():
-            self.allocator.free(block)
-        self._cublas_workspaces.clear()
+        self.clear_cublas_workspaces()
         self.allocator.empty_cache()
         self.allocator.reset_peak_stats()
         self._steady = self._new_steady_gaps()

@@ -150,6 +150,41 @@ def test_memory_api_follows_the_caching_allocator(run_script):
     assert v["reserved_empty"] == 0 and 0.95 < v["free_frac"] < 1.0
 
 
+def test_cublas_workspaces_per_thread_and_stream_until_cleared(run_script):
+    """cuBLAS's workspace (32 MiB on Hopper) is allocated at the first GEMM of each (thread,
+    stream) pair: the backward's GEMMs run on the autograd engine's thread and hold one of
+    their own, as a real H100 showed (bench/live_blocks.py); torch._C._cuda_clearCublasWorkspaces
+    frees them all, and the next GEMM allocates its pair's again."""
+    proc, _ = run_script(
+        """
+        import torch
+        mib = lambda: torch.cuda.memory_allocated() / 2**20
+        w = torch.randn(1024, 1024, device="cuda", requires_grad=True)   # 4 MiB
+        x = torch.randn(1024, 1024, device="cuda")                       # 4 MiB
+        y = x @ w                                                        # 4 MiB + the workspace
+        print("forward=", mib())
+        y.sum().backward()                                               # w.grad: 4 MiB
+        del y
+        print("backward=", mib())
+        x @ w                                                            # same thread and stream
+        print("again=", mib())
+        torch._C._cuda_clearCublasWorkspaces()
+        print("cleared=", mib())
+        with torch.cuda.stream(torch.cuda.Stream()):
+            z = x @ w
+        print("new_stream=", mib())
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = {k: float(x) for k, x in _values(proc.stdout).items()}
+    assert v["forward"] == pytest.approx(3 * 4 + 32, abs=0.01)
+    assert v["backward"] == pytest.approx(3 * 4 + 2 * 32, abs=0.01)
+    assert v["again"] == v["backward"]
+    assert v["cleared"] == pytest.approx(3 * 4, abs=0.01)
+    assert v["new_stream"] == pytest.approx(4 * 4 + 32, abs=0.01)
+
+
 def test_memory_follows_storages_when_tensors_change_storage(run_script):
     # DeepSpeed ZeRO re-points every parameter into a flat buffer with `p.data = view`; the
     # parameters' old storages must be freed then, not when the parameter objects die.

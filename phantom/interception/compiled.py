@@ -20,13 +20,14 @@ plus a launch per kernel (cuda_api.node_call). Compiling, on the first call, cou
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import operator
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 import torch.fx
@@ -300,9 +301,11 @@ class CudaGraphTree:
         self.calls += 1
         sim = self.sim
         if self.calls == 1:
-            return self.run(args)
+            with _cublas_cleared(sim):
+                return self.run(args)
         if self.graph is None:
-            out, self.graph, self.lanes = sim.record_graph(lambda: self.run(args), self.pool)
+            with _cublas_cleared(sim):
+                out, self.graph, self.lanes = sim.record_graph(lambda: self.run(args), self.pool)
             self._keep(out)
             return out
         sim.timeline.advance_host(self.call_ns * sim.rank_pace)
@@ -327,6 +330,18 @@ class CudaGraphTree:
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.device.type == "cuda":
                 self._tree_outputs.add(t.untyped_storage())
+
+
+@contextlib.contextmanager
+def _cublas_cleared(sim: "Simulation") -> Iterator[None]:
+    """cudagraph_trees.clear_cublas_manager: the trees free cuBLAS's workspaces before and
+    after each warm-up and recording, so that a workspace allocated inside the graph's pool is
+    not also in use outside it; a GEMM after them allocates its workspace again."""
+    sim.clear_cublas_workspaces()
+    try:
+        yield
+    finally:
+        sim.clear_cublas_workspaces()
 
 
 def _traced_inputs(args: list) -> bool:

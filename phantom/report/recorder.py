@@ -417,9 +417,9 @@ class Recorder:
             if entry[0] is not None and entry[1] is None:
                 entry[1] = self.memory.malloc(entry[0].size, 0, "(before recording)", 0.0)
                 entry[1].category = "other"
-        for block in sim._cublas_workspaces.values():
-            a = self.memory.malloc(block.size, 0, "cuBLAS workspace", 0.0)
-            a.category = "other"
+        for entry in sim._cublas_workspaces.values():
+            entry[1] = self.memory.malloc(entry[0].size, 0, "cuBLAS workspace", 0.0)
+            entry[1].category = "other"
         rest = sim.allocator.allocated_bytes - self.memory.current
         if rest > 0:
             self.memory.malloc(rest, 0, "(before recording)", 0.0).category = "other"
