@@ -526,6 +526,12 @@ class Simulation:
         """One generated kernel moving `nbytes`, on the elementwise memory curve."""
         self._launch(name, self.cost_model.fused_pointwise(nbytes, 0.0), self._current_stream_id())
 
+    def launch_sleep(self, cycles: int) -> None:
+        """`torch.cuda._sleep(cycles)`: one kernel spinning on the SM clock for `cycles`
+        cycles (benchmarks use it to queue work ahead of the host), at the GPU's boost clock."""
+        ns = max(0, int(cycles)) / self.gpu.sm_clock_mhz * 1e3
+        self._launch("cuda_sleep", KernelCost(ns, "other", "model", 0.0, 0.0), self._current_stream_id())
+
     # -- torch.compile'd functions ---------------------------------------------------------
     def begin_fused_region(self) -> None:
         """A torch.compile'd function starts (interception/compiled.py `install`); regions nest, the

@@ -185,6 +185,25 @@ def test_cublas_workspaces_per_thread_and_stream_until_cleared(run_script):
     assert v["new_stream"] == pytest.approx(4 * 4 + 32, abs=0.01)
 
 
+def test_cuda_sleep_spins_the_stream_for_its_cycles(run_script):
+    """torch.cuda._sleep(cycles), which benchmarks use to queue work ahead of the host, is one
+    kernel of `cycles` at the GPU's boost clock (H100: 1,980 MHz)."""
+    proc, _ = run_script(
+        """
+        import torch
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(1_980_000)
+        end.record()
+        end.synchronize()
+        print("ms=", start.elapsed_time(end))
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert float(_values(proc.stdout)["ms"]) == pytest.approx(1.0, abs=0.02)
+
+
 def test_memory_follows_storages_when_tensors_change_storage(run_script):
     # DeepSpeed ZeRO re-points every parameter into a flat buffer with `p.data = view`; the
     # parameters' old storages must be freed then, not when the parameter objects die.

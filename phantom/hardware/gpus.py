@@ -61,6 +61,7 @@ class GPUSpec:
     nvlink_gbps: float  # NVLink bandwidth per GPU per direction, GB/s
     l2_cache_bytes: int
     tdp_watts: int  # the board's power limit, which the power model holds it to
+    sm_clock_mhz: float  # maximum SM (boost) clock, NVIDIA's datasheet: torch.cuda._sleep's cycles
     power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
     host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
     host_mean_slowdown: float = HOST_MEAN_SLOWDOWN  # its typical speed below that
@@ -113,6 +114,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=450.0,
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=700,
+        sm_clock_mhz=1980,
         power=HOPPER_SXM,
         host_step_ns=H100_HOST_STEP_NS,
         kernel_db_from="H200",  # the H200's rows fill this database's gaps (bench/db_borrow.py)
@@ -132,6 +134,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=450.0,
         l2_cache_bytes=60 * 1024**2,
         tdp_watts=700,
+        sm_clock_mhz=1980,
         power=HOPPER_SXM,
         kernel_db_from="H100",  # the H100's rows fill this database's gaps (bench/db_borrow.py)
     ),
@@ -150,6 +153,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=300.0,
         l2_cache_bytes=40 * 1024**2,
         tdp_watts=400,
+        sm_clock_mhz=1410,
     ),
     "A100-40GB": GPUSpec(
         name="A100-40GB",
@@ -166,6 +170,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=300.0,
         l2_cache_bytes=40 * 1024**2,
         tdp_watts=400,
+        sm_clock_mhz=1410,
     ),
     # The H100 of Meta's Grand Teton hosts that torchtitan's published H100 numbers come from
     # (torchtitan benchmarks/llama3_h100_202412_torchtitan.md): 96 GB HBM2e at 2.4 TB/s, run
@@ -190,6 +195,7 @@ _PRESETS: dict[str, GPUSpec] = {
         nvlink_gbps=450.0,
         l2_cache_bytes=50 * 1024**2,
         tdp_watts=500,
+        sm_clock_mhz=1980,
         power=HOPPER_SXM,
         kernel_db_from="H100",
     ),

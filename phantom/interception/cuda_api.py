@@ -576,6 +576,7 @@ def install(sim: "Simulation") -> None:
         "_cuda_getCurrentRawStream": lambda idx: _current_stream(idx).cuda_stream,
         "_cuda_getCurrentBlasHandle": lambda: 0,
         "_cuda_clearCublasWorkspaces": lambda: sim.clear_cublas_workspaces(),
+        "_cuda_sleep": node_call("torch.cuda._sleep", 0.0)(lambda cycles: sim.launch_sleep(cycles)),
         "_cuda_get_conv_benchmark_empty_cache": lambda: True,
         "_cuda_set_conv_benchmark_empty_cache": lambda enable: None,
         # torch 2.11's optimizers ask before every step (`_accelerator_graph_capture_health_check`),
