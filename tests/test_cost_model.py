@@ -240,6 +240,26 @@ def test_addmm_bmm_and_scaled_mm(h100):
     assert fp8.gpu_ns < bf16.gpu_ns  # fp8 tensor cores are twice as fast
 
 
+def test_gemm_epilogue_reading_c_or_writing_wider_adds_its_bytes_at_hbm_speed(h100):
+    """A GEMM accumulated into an fp32 C (Megatron's fused wgrad: bf16 A and B, beta = 1)
+    costs the plain GEMM plus its epilogue's 6 extra bytes per element at the HBM's bandwidth
+    (measured fully exposed on an H100: bench/kernels/measure.py --only gemm_wide_c); a
+    broadcast bias, or beta = 0, reads no C."""
+    m, n, k = 4096, 4096, 8192
+    g, x = t(k, m).t(), t(k, n)
+    plain = est(h100, aten.mm.default, g, x)
+    c = t(m, n, dtype=torch.float32)
+    wide = h100.estimate(aten.addmm.dtype_out, (c, g, x, torch.float32), {"out": c}, c)
+    epilogue_ns = 6 * m * n / h100.gpu.hbm_gbps
+    assert wide.gpu_ns == pytest.approx(plain.gpu_ns + epilogue_ns, rel=1e-6)
+    wide_d = est(h100, aten.mm.dtype, g, x, torch.float32)  # fp32 D, no C
+    assert wide_d.gpu_ns == pytest.approx(plain.gpu_ns + 2 * m * n / h100.gpu.hbm_gbps, rel=1e-6)
+    bias = est(h100, aten.addmm.default, t(n), g, x)
+    no_c = est(h100, aten.baddbmm.default, t(1, m, n), g[None], x[None], beta=0.0)
+    assert bias.gpu_ns < plain.gpu_ns + 0.01 * epilogue_ns
+    assert no_c.gpu_ns < plain.gpu_ns + 0.01 * epilogue_ns
+
+
 def test_wave_exponents_split_one_partial_wave_from_a_tail():
     curve = GemmCurve(eff_max=0.8, k_half=200.0, tile_m=128, tile_n=128, wave_gamma=0.1, split_k_min=4096.0,
                       fill_gamma=0.6)

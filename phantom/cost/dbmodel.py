@@ -153,13 +153,13 @@ class DatabaseCostModel:
 
     def _wide_c_ns(self, func: Any, args: tuple, model_ns: float) -> float | None:
         """An out_dtype GEMM the database lacks, from its plain GEMM's row where it has that:
-        the measured mainloop plus the model's difference of the two for the epilogue's wider
-        C (read and written in fp32 instead of written in bf16; nothing where the model has
-        the GEMM compute-bound). Without this the fused wgrad accumulation would fall to the
+        the measured mainloop plus the model's difference of the two, which is the wider
+        epilogue's traffic (C read and D written in fp32 instead of D in bf16:
+        roofline._epilogue_bytes). Without this the fused wgrad accumulation would fall to the
         roofline while the unfused GEMM + add it replaces is measured, and the two paths would
-        not compare. On a real H100 the fused call took a median 6-10% longer than the plain
-        GEMM at the published Megatron rows' shapes (two rounds, bench/wgrad_fusion.py): an
-        epilogue the model hides, so this errs low by about that."""
+        not compare. At the published Megatron rows' shapes the fused call came out +2.7 /
+        +3.1% in total against a real H100 (bench/wgrad_fusion.py, two rounds; -7.2 / -7.5%
+        before the epilogue was modelled)."""
         plain = plain_gemm_of(func, args)
         if plain is None:
             return None

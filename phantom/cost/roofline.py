@@ -178,6 +178,13 @@ MTA_MAX_TENSORS = (110, 64, 48, 36, 30)
 
 FP8_DTYPES = frozenset(d for d in (getattr(torch, n, None) for n in (
     "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu")) if d is not None)
+# Share of a GEMM epilogue's extra bytes (_epilogue_bytes) that adds to the kernel's time at
+# the HBM's nominal bandwidth: the epilogue runs after its tile's mainloop, not beside it. On a
+# real H100 an fp32 C accumulated into (beta = 1) added a median 0.98x (quartiles 0.76-1.30x)
+# of its 6 extra bytes per element at 3.35 TB/s to 48 wgrad GEMMs of 1-12k x 1-10k x 2-16k
+# (bench/kernels/measure.py --only gemm_wide_c, bench/data/session27/); the mainloop's overlap
+# with it was never more than this noise.
+EPILOGUE_EXPOSED = 1.0
 FLASH_TILE = 128  # flash-attention q/k block: causal work is counted at this granularity
 
 
@@ -801,6 +808,7 @@ class RooflineCostModel:
         prec = _precision(x.dtype if x is not None else torch.float32, "matmul")
         align = leading_dim_alignment(_tensors((a.args, out)))
         ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, batch, m, n, k, flops, nbytes, align_bytes=align)
+        ns += _epilogue_bytes(info.name, a, out, x) / self.gpu.hbm_gbps * EPILOGUE_EXPOSED
         return self._cost(ns, "gemm", flops, nbytes)
 
     def _conv(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:
@@ -1121,6 +1129,21 @@ def _registry_flops(func: Any, a: _Args, out: Any) -> float | None:
         return float(f(*a.args, **a.kwargs, out_val=out))
     except Exception:
         return None
+
+
+def _epilogue_bytes(name: str, a: _Args, out: Any, x: torch.Tensor | None) -> float:
+    """Bytes a GEMM's epilogue moves beyond a plain GEMM's (D written in the inputs' dtype,
+    which the fitted curves include): a full C matrix read (addmm / baddbmm with beta != 0,
+    not a broadcast bias) and D written wider than the inputs (an out_dtype GEMM's fp32 D).
+    Megatron's fused weight-gradient accumulation (bf16 A and B, fp32 C read and written)
+    is the common case."""
+    if x is None or not isinstance(out, torch.Tensor):
+        return 0.0
+    extra = out.numel() * max(0, out.element_size() - x.element_size())
+    c = a.get("self") if name in ("addmm", "baddbmm") else None
+    if isinstance(c, torch.Tensor) and c.numel() == out.numel() and a.get("beta", 1) != 0:
+        extra += c.numel() * c.element_size()
+    return float(extra)
 
 
 def _gemm_dims(name: str, a: _Args, out: Any) -> tuple[int, int, int, int, torch.Tensor | None]:
