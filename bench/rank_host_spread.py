@@ -37,6 +37,9 @@ RUNS = [
     ("session19/h200x2_call5_rank_spread_again/skew_x2.json", "H200 x2 (another)"),
     ("session18/ddp_rank_skew_h100x2/skew_x2_57.json", "H100 x2"),
     ("session18/ddp_rank_skew_h100x2/skew_x2_135.json", "H100 x2"),
+] + [  # session 27: one 4 x H100 host, the same TP steps with 2 and with 4 ranks, alternating
+    (f"session27/device_rank_spread_h100x4/desync_{cfg}_x{w}_r{r}.json", f"H100 x4 host, {w} ranks")
+    for r in (1, 2) for cfg in ("1b_s2048", "gpt2-350m_s128", "3b_s2048") for w in (2, 4)
 ]
 
 
@@ -63,6 +66,14 @@ def main() -> None:
         medians = " / ".join(f"{statistics.median(s[r] for s in steps):.0f}" for r in range(len(steps[0])))
         lines.append(f"| `{rel}` | {host} | {len(steps)} | {medians} | {ratio:.3f} | {sigma:.3f} |")
     median = statistics.median(sigmas)
+    by_world: dict[int, list[tuple[float, float]]] = {}
+    for (rel, _), sigma in zip(RUNS, sigmas):
+        steps = host_ms_per_step(DATA / rel)
+        by_world.setdefault(len(steps[0]), []).append((run_spread(steps)[0], sigma))
+    for world, runs in sorted(by_world.items()):
+        lines.append(f"\n{world} ranks: {len(runs)} runs, slowest / mean median "
+                     f"{statistics.median(r for r, _ in runs):.3f} (straggler_pace with the median sigma: "
+                     f"{straggler_pace(world, median):.3f}), sigma median {statistics.median(s for _, s in runs):.3f}")
     lines += ["", f"median sigma {median:.3f}; a W-rank step's slowest host, against the mean one: "
               + ", ".join(f"W={w} x{straggler_pace(w, median):.3f}" for w in (2, 8, 16, 64, 256))]
     text = "\n".join(lines)
