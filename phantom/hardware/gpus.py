@@ -43,8 +43,10 @@ HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 # phantom.engine.host.straggler_pace turns the median into the pace of a node's slowest rank;
 # its growth with the ranks of a host held on the 4 x H100 host: slowest / mean 1.109 with 4
 # ranks (median of 6 runs) against 1.105 predicted, 1.055 with 2 (1.056).
-HOST_RANK_SPREADS = (0.216, 0.117, 0.072, 0.101, 0.041, 0.062, 0.055, 0.090, 0.106, 0.097,
-                     0.096, 0.101, 0.099, 0.100, 0.093, 0.105, 0.153, 0.126, 0.065, 0.097, 0.083, 0.094)
+HOST_RANK_SPREADS = (
+    0.216, 0.117, 0.072, 0.101, 0.041, 0.062, 0.055, 0.090, 0.106, 0.097,  # 2 x H200 / 2 x H100
+    0.096, 0.101, 0.099, 0.100, 0.093, 0.105, 0.153, 0.126, 0.065, 0.097, 0.083, 0.094,  # 4 x H100 host
+)
 HOST_RANK_SPREAD = statistics.median(HOST_RANK_SPREADS)
 
 
