@@ -26,8 +26,8 @@ from phantom.engine import Event, Timeline
 from phantom.engine.fusion import FUSABLE_CLASSES, FusedKernel
 from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, instantiate_host_ns,
                                    replay, replay_host_ns)
-from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
-                                 HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY,
+from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, DISPATCH_OVERHEAD, FIRST_RUNS,
+                                 FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, WAKE_PENALTY,
                                  HostSpeedNormalizer, SteadyGaps, code_fingerprint,
                                  reference_step_ns, straggler_pace, training_step, wake_penalty_ns)
 from phantom.hardware import GPUSpec
@@ -885,7 +885,7 @@ class Simulation:
         self.allocator.set_memory_fraction(fraction)
 
     # -- calibration ----------------------------------------------------------------------
-    def calibrate_dispatch_overhead(self, pairs: int = 15, steps: int = 4) -> float:
+    def calibrate_dispatch_overhead(self, pairs: int = CALIBRATION_PAIRS, steps: int = 4) -> float:
         """What reaching the handler costs per entry, in simulated-host ns (taken off every
         dispatched gap). In a distributed run the first rank to get here measures it, with
         the host speed and the wake-up cost of a round trip (`_measure_wake_penalty`), and

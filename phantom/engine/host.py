@@ -94,6 +94,12 @@ HISTORY = 15
 # for 1.6 s more; later runs charge the median of the history, which is steadier anyway.
 FIRST_RUNS = 5
 FIRST_RUNS_PAIR_FACTOR = 3
+# Pairs of blocks a run's start-up calibration measures once the history has FIRST_RUNS
+# measurements. The calibration is most of a short run's start-up: 5.0 s with 15 pairs on the
+# development VM (2026-11-27; 15.8 s with 45), against ~3 s for everything else, and the test
+# suite starts a few hundred runs. What a run charges is the median of the last HISTORY
+# measurements, so 8 pairs' wider spread (~1.4x one measurement's) narrows again there.
+CALIBRATION_PAIRS = 8
 KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
