@@ -171,14 +171,16 @@ model = nn.Sequential(*[nn.Sequential(nn.Linear(512, 512), nn.GELU()) for _ in r
 x = torch.randn(4, 512, device="cuda")
 for mode in ("default", "reduce-overhead"):
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
+    steady = []
     with torch.no_grad():
-        for i in range(8):
+        for i in range(10):
             torch.cuda.synchronize()
             t0 = time.perf_counter()
             compiled(x)
             torch.cuda.synchronize()
-            if i == 7:
-                print(f"{mode}_ms={(time.perf_counter() - t0) * 1e3:.4f}")
+            if i >= 4:  # the best steady call: one call's host time moves with this machine
+                steady.append((time.perf_counter() - t0) * 1e3)
+    print(f"{mode}_ms={min(steady):.4f}")
 """
 
 
