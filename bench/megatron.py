@@ -73,6 +73,12 @@ REAL_CONFIGS = [
     # published row, measurable on a one-GPU machine.
     Config("pub-1.7b-1gpu", PUB_1GPU, nproc=1),
     Config("pub-1.7b-1gpu-local", PUB_1GPU[:-2] + ("--core-attention", "local"), nproc=1),
+    # The same ops at shapes too small to keep the GPU busy: the iteration is the host's time
+    # for one published rank's ops (24 layers, 4 micro-batches), on a real host and under phantom.
+    # The two sequence lengths tell whether it is host-bound (equal times) or not.
+    *(Config(f"pub-1.7b-1gpu-host-s{seq}", PUB_1GPU + (
+        "--seq-length", str(seq), "--hidden-size", "256", "--ffn-hidden-size", "1024",
+        "--num-attention-heads", "4", "--vocab-size", "4096"), nproc=1) for seq in (128, 512)),
     # The same with Megatron-LM's default gradient-accumulation fusion; on a real GPU without
     # Apex it needs bench/device/apex_shim on PYTHONPATH (bench/device/wgrad_fusion.sh).
     Config("pub-1.7b-1gpu-gaf", PUB_1GPU + ("--gradient-accumulation-fusion",), nproc=1),

@@ -19,6 +19,7 @@ the full (non-causal) sequence, logits; x3 for forward + backward; x4/3 with ful
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from dataclasses import dataclass
 from datetime import datetime
@@ -136,6 +137,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--preset", choices=sorted(PRESETS), default="tiny")
     p.add_argument("--num-layers", type=int, help="override the preset's layer count")
     p.add_argument("--seq-length", type=int, help="override the preset's sequence length")
+    p.add_argument("--hidden-size", type=int, help="override the preset's hidden size")
+    p.add_argument("--ffn-hidden-size", type=int, help="override the preset's MLP width")
+    p.add_argument("--num-attention-heads", type=int, help="override the preset's head count")
+    p.add_argument("--vocab-size", type=int, help="override the preset's vocabulary")
     p.add_argument("--tp", "--tensor-model-parallel-size", dest="tp", type=int, default=1)
     p.add_argument("--pp", "--pipeline-model-parallel-size", dest="pp", type=int, default=1)
     p.add_argument("--vpp", "--num-layers-per-virtual-pipeline-stage", dest="vpp", type=int,
@@ -344,7 +349,9 @@ def num_floating_point_operations(arch: Arch, config: TransformerConfig, vocab: 
 
 def main() -> None:
     args = parse_args()
-    arch = PRESETS[args.preset]
+    arch = dataclasses.replace(PRESETS[args.preset], **{
+        k: v for k in ("hidden_size", "ffn_hidden_size", "num_attention_heads", "vocab_size")
+        if (v := getattr(args, k)) is not None})
     seq = args.seq_length or arch.seq_length
 
     dist.init_process_group("nccl")
