@@ -157,6 +157,22 @@ def test_script_exception_shows_its_traceback_and_exits_1(run_script):
     assert "bootstrap.py" not in proc.stderr and "runpy" not in proc.stderr
 
 
+def test_a_distributed_script_without_a_launch_is_told_how_to_launch_it(run_script):
+    proc, _ = run_script(
+        """
+        import os
+        import torch.distributed as dist
+        for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+            os.environ.pop(name, None)  # as from a shell: no torchrun around phantom
+        dist.init_process_group("nccl")
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 1
+    assert "expected, but not set" in proc.stderr  # torch's own error, as under python
+    assert "phantom run --nproc-per-node N" in proc.stderr
+
+
 def test_run_module(tmp_path):
     pkg = tmp_path / "mypkg"
     pkg.mkdir()

@@ -258,6 +258,9 @@ def test_a_host_bound_run_on_a_changing_machine_is_flagged():
     assert _host_caution(report(0.97, changing)) is None  # GPU-bound: host time barely matters
     assert _host_caution(report(0.4, steady)) is None
     assert _host_caution({"gpu_busy_fraction": 0.4, "simulation": {}}) is None  # older reports
+    nothing_ran = report(0.0, changing)
+    nothing_ran["simulation"]["ops_intercepted"] = 0  # the script ended before any CUDA op
+    assert _host_caution(nothing_ran) is None
 
 
 def test_variation_summarises_the_probe_samples(monkeypatch):

@@ -51,6 +51,13 @@ def _print_user_traceback(exc: BaseException) -> None:
     traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
 
 
+def _needs_torchrun_env(exc: BaseException) -> bool:
+    """torch.distributed's env:// rendezvous found no RANK / WORLD_SIZE / MASTER_* variable
+    (torch/distributed/rendezvous.py, `_env_error`)."""
+    return isinstance(exc, ValueError) and "env:// rendezvous" in str(exc) \
+        and "expected, but not set" in str(exc)
+
+
 def _is_launcher_frame(filename: str) -> bool:
     return "runpy" in filename or filename.endswith(os.path.join("launcher", "bootstrap.py"))
 
@@ -153,6 +160,11 @@ def main() -> int:
         exit_code = 130
     except BaseException as e:  # the script's own error: show it as Python would
         _print_user_traceback(e)
+        if not config.distributed and _needs_torchrun_env(e):
+            print("phantom: the script initialises torch.distributed from torchrun's "
+                  "environment (RANK, WORLD_SIZE, MASTER_ADDR), which phantom sets only for a "
+                  "launch like torchrun's: run it as `phantom run --nproc-per-node N ...` "
+                  "(N simulated GPUs; 1 for one rank).", file=sys.stderr)
         exit_code = 1
     sys.stdout.flush()
     # The script is done: the interpreter's exit-time collections are not the script's time,

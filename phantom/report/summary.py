@@ -197,6 +197,8 @@ def _host_caution(report: dict[str, Any]) -> str | None:
     busy = report["gpu_busy_fraction"]
     if not variation or busy is None or busy >= HOST_BOUND_BUSY or variation["slow_share"] < 0.1:
         return None
+    if not report["simulation"].get("ops_intercepted", 1):
+        return None  # nothing ran on the GPU (the script ended first): no step to caution about
     return (f"  caution            host-bound (GPU busy {100 * busy:.0f}%), and this machine ran up to "
             f"{variation['max_slowdown']:.1f}x slower than its best in {100 * variation['slow_share']:.0f}% "
             "of speed samples: the simulated step rests on host time measured here and can move by "
