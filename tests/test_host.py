@@ -658,3 +658,33 @@ def test_runtime_calls_cost_what_they_cost_the_node(run_script):
     # entered and never left: the whole context's cost is charged on entry
     assert per_call["stream_context"] >= NODE_HOST_NS["stream_context"]
     assert report["simulation"]["host_gaps"]["api_calls"] >= 1_000
+
+
+def test_a_full_history_is_charged_without_measuring_in_most_runs(tmp_path, monkeypatch):
+    """Once a code version has HISTORY calibrations here, most runs charge their median instead
+    of measuring again (Simulation._recent_calibration); one in REMEASURE_EVERY measures."""
+    import types
+
+    from phantom import context
+    from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, HISTORY, LIST_INPUT,
+                                     LIST_OUTPUT, RELEASE)
+
+    speed = HostSpeedNormalizer(tmp_path)
+    for kind in (DISPATCH_OVERHEAD, LIST_INPUT, LIST_OUTPUT, RELEASE, API_CALL):
+        for v in range(HISTORY - 1):
+            speed.settle(kind, "code", 1000.0 + v)
+        assert speed.recent(kind, "code") is None  # not full yet: measure
+        speed.settle(kind, "code", 5000.0)
+    assert speed.recent(DISPATCH_OVERHEAD, "code") == 1007.0  # the median of the last HISTORY
+    sim = types.SimpleNamespace(_speed=HostSpeedNormalizer(tmp_path), host_speed=2.0,
+                                host_step_ns_here=400_000.0, _sample_host_speed=lambda: None)
+    recent = context.Simulation._recent_calibration
+
+    monkeypatch.setattr(context, "_remeasure_draw", lambda: 0.99)
+    charged = recent(sim, "code", blocking=False)
+    assert charged["dispatch_overhead_ns"] == 2014.0  # at the node: x host speed
+    assert charged["list_overhead_ns"] == (2014.0, 2014.0) and charged["wake_penalty_ns"] == 0.0
+    assert recent(sim, "code", blocking=True) is None  # no wake-up history yet: measure
+    assert recent(sim, "other code", blocking=False) is None
+    monkeypatch.setattr(context, "_remeasure_draw", lambda: 0.0)  # this run's turn to measure
+    assert recent(sim, "code", blocking=False) is None

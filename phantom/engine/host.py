@@ -100,6 +100,9 @@ FIRST_RUNS_PAIR_FACTOR = 3
 # suite starts a few hundred runs. What a run charges is the median of the last HISTORY
 # measurements, so 8 pairs' wider spread (~1.4x one measurement's) narrows again there.
 CALIBRATION_PAIRS = 8
+# Once a code version has HISTORY measurements here, one run in REMEASURE_EVERY measures again
+# and the others charge the history's median (Simulation._recent_calibration).
+REMEASURE_EVERY = 4
 KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
@@ -197,6 +200,13 @@ class HostSpeedNormalizer:
         self._histories[kind] = dict(others + [(fingerprint, kept)])
         self._save_best()
         return statistics.median(kept)
+
+    def recent(self, kind: str, fingerprint: str) -> float | None:
+        """The median of this machine's last HISTORY measurements of `kind` for this code
+        version, or None while it holds fewer."""
+        kept = [v for v in self._histories.get(kind, {}).get(fingerprint, [])
+                if isinstance(v, (int, float)) and math.isfinite(v)][-HISTORY:]
+        return statistics.median(kept) if len(kept) >= HISTORY else None
 
     def known(self, kind: str, fingerprint: str) -> int:
         """How many measurements of `kind` this machine holds for this code version."""
