@@ -23,7 +23,6 @@ import collections
 import json
 import os
 import runpy
-import statistics
 import sys
 import threading
 from pathlib import Path

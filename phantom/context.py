@@ -28,9 +28,8 @@ from phantom.engine.fusion import FUSABLE_CLASSES, FusedKernel
 from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, instantiate_host_ns,
                                    replay, replay_host_ns)
 from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, DISPATCH_OVERHEAD, FIRST_RUNS,
-                                 FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, REMEASURE_EVERY,
-                                 WAKE_PENALTY,
-                                 HostSpeedNormalizer, SteadyGaps, code_fingerprint,
+                                 FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT,
+                                 RELEASE, REMEASURE_EVERY, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps, code_fingerprint,
                                  reference_step_ns, straggler_pace, training_step, wake_penalty_ns)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads

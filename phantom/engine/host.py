@@ -190,8 +190,7 @@ class HostSpeedNormalizer:
         +-1.5 us from run to run (13-18 us seen), a few ms a step in a host-bound run; the
         median of the recent ones is the same quantity measured more times, and runs that
         compare two settings compare like with like."""
-        kept = [v for v in self._histories.get(kind, {}).get(fingerprint, [])
-                if isinstance(v, (int, float)) and math.isfinite(v)][-(HISTORY - 1):]
+        kept = self._kept(kind, fingerprint)[-(HISTORY - 1):]
         kept.append(value_ns)
         # a few versions' histories are kept: one machine may alternate between two torch
         # installs (CI's CPU and CUDA builds), and each would otherwise restart the other's
@@ -204,9 +203,13 @@ class HostSpeedNormalizer:
     def recent(self, kind: str, fingerprint: str) -> float | None:
         """The median of this machine's last HISTORY measurements of `kind` for this code
         version, or None while it holds fewer."""
-        kept = [v for v in self._histories.get(kind, {}).get(fingerprint, [])
-                if isinstance(v, (int, float)) and math.isfinite(v)][-HISTORY:]
+        kept = self._kept(kind, fingerprint)[-HISTORY:]
         return statistics.median(kept) if len(kept) >= HISTORY else None
+
+    def _kept(self, kind: str, fingerprint: str) -> list[float]:
+        """The usable measurements of `kind` for this code version, oldest first."""
+        return [v for v in self._histories.get(kind, {}).get(fingerprint, [])
+                if isinstance(v, (int, float)) and math.isfinite(v)]
 
     def known(self, kind: str, fingerprint: str) -> int:
         """How many measurements of `kind` this machine holds for this code version."""
