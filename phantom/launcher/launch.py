@@ -243,6 +243,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
     # the background may have left SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_interrupt)
+    interrupted = False
     try:
         if ray is None and os.environ.get(NO_FORK_SERVER) != "1":
             server = ForkServer(env_of(0))
@@ -254,8 +255,11 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
         return code
     except KeyboardInterrupt:
         print("phantom: interrupted; stopping all ranks", file=sys.stderr)
+        interrupted = True
         return 130
     finally:
+        if not interrupted:
+            _let_exiting_ranks_finish(ranks)
         for r in ranks:
             r.kill()
         for r in ranks:
@@ -374,6 +378,20 @@ def _supervise(config: RunConfig, ranks: list[_Rank], coordinator,
                 return code if code > 0 else 1
         time.sleep(0.05)
     return 0
+
+
+# How long the other ranks of a failed run get to end on their own before they are killed.
+# Ranks that all exit with the same error code (a script's `sys.exit(3)` on every rank) are
+# then ending anyway, running their exit hooks and flushing their files; killed at once, the
+# later ones lost what they had written (seen once in CI: an unclosed file of rank 1 empty).
+# Ranks blocked in a collective with the failed one just wait it out.
+EXIT_GRACE_S = 1.0
+
+
+def _let_exiting_ranks_finish(ranks: list[_Rank]) -> None:
+    deadline = time.monotonic() + EXIT_GRACE_S
+    while any(r.proc.poll() is None for r in ranks) and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _first_failure(ranks: list[_Rank], coordinator, seen: _Rank, code: int) -> tuple[_Rank, int]:
