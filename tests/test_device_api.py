@@ -55,6 +55,49 @@ def test_torch_cuda_api_describes_the_simulated_gpu(run_script):
     assert v["capturing"] == "False False"
 
 
+def test_cpp_reads_a_fake_tensors_device_without_calling_into_python(run_script):
+    """Autograd and the foreach optimizers read every tensor's device in C++; a fake tensor
+    answers from c10's fake-device slot (fake_cuda.cpp), so no prim.device dispatch reaches
+    the handler, and a meta kernel still sees the meta device while it runs."""
+    proc, _ = run_script(
+        """
+        import torch
+        from phantom.interception import mode as phantom_mode
+        queries = []
+        handler = phantom_mode.PhantomMode.__torch_dispatch__
+        def counting(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.prim.device.default:
+                queries.append(func)
+            return handler(self, func, types, args, kwargs)
+        phantom_mode.PhantomMode.__torch_dispatch__ = counting
+
+        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.GELU(), torch.nn.Linear(64, 8)).cuda()
+        opt = torch.optim.AdamW(model.parameters(), foreach=True)
+        x = torch.randn(16, 64, device="cuda")
+        model(x).sum().backward()
+        opt.step()
+        grouped = torch._C._group_tensors_by_device_and_dtype([[p for p in model.parameters()]], False)
+        print("groups=", sorted(str(device) for device, _ in grouped))
+        print("queries=", len(queries))
+        print("device=", x.device, model[0].weight.grad.device, torch.cat([x, x]).device)
+        print("cpu=", torch.ones(2).device, torch.ones(2).cuda().cpu().device)
+        print("mismatch=", end=" ")
+        try:
+            x + torch.ones(64)  # a CPU tensor of more than one element: torch's device check
+        except RuntimeError as e:
+            print("cuda:0" in str(e) and "cpu" in str(e))
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["queries"] == "0"
+    assert v["groups"] == "['cuda:0']"
+    assert v["device"] == "cuda:0 cuda:0 cuda:0"
+    assert v["cpu"] == "cpu cpu"
+    assert v["mismatch"] == "True"
+
+
 def test_simulated_time_matches_gpu_speed(run_script):
     """An 8192^3 bf16 GEMM takes ~1.4 ms on H100 and ~3.5x longer on A100; the host runs
     ahead of the GPU until synchronize; events and perf_counter agree."""

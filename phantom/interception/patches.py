@@ -234,6 +234,51 @@ def _patch_fake_gpu_context() -> None:
     fake_tensor.init_gpu_context = lambda device: None
 
 
+def _patch_native_fake_device() -> None:
+    """A FakeTensor (torch/_subclasses/fake_tensor.py) is made with `dispatch_device=True`, so
+    every C++ read of its device calls into Python and dispatches prim.device: autograd reads
+    each op's inputs and outputs, the engine each gradient, the foreach optimizers each tensor
+    when grouping. A real tensor answers from a field. Those dispatches were ~70% of all
+    handler entries (Megatron's local spec: ~35,000 an iteration), each 6-20 us of phantom's
+    own time on a slow host, and the host model had to take that time back off the measured
+    gaps, which it cannot do exactly (bench/README.md, megatron.py, Session 28). Here the
+    tensor's device lives in c10's C++ fake-device slot instead, set whenever FakeTensor's
+    `fake_device` is (fake_cuda.cpp, phantom_set_fake_device), and C++ reads it like a real
+    tensor's.
+
+    While FakeTensorMode runs a meta kernel on fake tensors, the kernel must see them on the
+    meta device (FakeTensor.__torch_dispatch__'s prim.device answer under
+    `in_kernel_invocation`). Every such span (`in_kernel_invocation_manager`, wherever it is
+    imported) turns the meta dispatch key on in the thread's local key set inside a guard that
+    restores the set; excluding the Fake key at the same point makes the slot answer meta
+    there and only there. Python's `tensor.device` is FakeTensor's own property, unchanged."""
+    from phantom.native.build import fake_device_functions
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    functions = fake_device_functions()
+    if functions is None:
+        return  # no native library in this process (unit tests): Python answers, as before
+    set_fake_device, exclude_fake_key = functions
+    fake_device = FakeTensor.fake_device
+    device_types = {"cpu": 0, "cuda": 1}
+
+    def set_device(self, device) -> None:
+        fake_device.fset(self, device)
+        normalized = self._fake_device
+        kind = device_types.get(normalized.type)
+        if kind is not None:  # meta (allowed in some tracers) and others keep Python's answer
+            set_fake_device(self._cdata, kind, -1 if normalized.index is None else normalized.index)
+
+    FakeTensor.fake_device = property(fake_device.fget, set_device, doc=fake_device.__doc__)
+    set_meta_included = torch._C._set_meta_in_tls_dispatch_include
+
+    def set_meta_in_tls_dispatch_include(included: bool) -> None:
+        set_meta_included(included)
+        exclude_fake_key(1 if included else 0)
+
+    torch._C._set_meta_in_tls_dispatch_include = set_meta_in_tls_dispatch_include
+
+
 def _patch_tolist() -> None:
     """FakeTensor.tolist (torch/_subclasses/fake_tensor.py) reads a tensor element by element
     with `.item()`: one simulated device-to-host sync per element where a real CUDA tensor's
@@ -354,6 +399,7 @@ def install(sim: "Simulation") -> None:
     _patch_record_stream(sim)
     _patch_tolist()
     _patch_fake_gpu_context()
+    _patch_native_fake_device()
     _patch_fake_cache_storage_args()
     compiled.install(sim)  # torch.compile (interception/compiled.py)
     _patch_optimizer_steps(sim)

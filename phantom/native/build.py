@@ -142,11 +142,11 @@ def load_fake_cuda(quiet: bool = True) -> Path:
 
 
 @functools.cache
-def storage_address_setter() -> Callable[[int, int], int] | None:
-    """`set(storage._cdata, address)`: give a fake storage a simulated device address
-    (fake_cuda.cpp, phantom_set_storage_address); None where the library is not loaded (a
-    Simulation built in a plain process, as unit tests do). Looked up once per process, and
-    kept out of the Simulation: a ctypes function there cannot be deep-copied or pickled."""
+def _loaded_library() -> ctypes.PyDLL | None:
+    """The fake CUDA library as this process loaded it; None where it is not loaded (a
+    Simulation built in a plain process, as unit tests do). Looked up once per process; its
+    functions are kept out of the Simulation: a ctypes function there cannot be deep-copied
+    or pickled."""
     path = library_path()
     if not path.exists():
         return None
@@ -154,13 +154,38 @@ def storage_address_setter() -> Callable[[int, int], int] | None:
         # dlopen of a loaded library returns the same handle; RTLD_NOLOAD keeps a library
         # that this process never loaded (torch imported without phantom run) out.
         # PyDLL: a call keeps the GIL (a few pointer writes need no release and re-acquire)
-        lib = ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
+        return ctypes.PyDLL(str(path), mode=ctypes.RTLD_GLOBAL | os.RTLD_NOLOAD)
     except OSError:
+        return None
+
+
+@functools.cache
+def storage_address_setter() -> Callable[[int, int], int] | None:
+    """`set(storage._cdata, address)`: give a fake storage a simulated device address
+    (fake_cuda.cpp, phantom_set_storage_address); None where the library is not loaded."""
+    lib = _loaded_library()
+    if lib is None:
         return None
     setter = lib.phantom_set_storage_address
     setter.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
     setter.restype = ctypes.c_int
     return setter
+
+
+@functools.cache
+def fake_device_functions() -> tuple[Callable[[int, int, int], int], Callable[[int], None]] | None:
+    """`(set_fake_device(tensor._cdata, device_type, index), exclude_fake_key(on))`
+    (fake_cuda.cpp): a fake tensor's device answered in C++; None where the library is not
+    loaded."""
+    lib = _loaded_library()
+    if lib is None:
+        return None
+    set_device, exclude = lib.phantom_set_fake_device, lib.phantom_exclude_fake_key
+    set_device.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    set_device.restype = ctypes.c_int
+    exclude.argtypes = [ctypes.c_int]
+    exclude.restype = None
+    return set_device, exclude
 
 
 def _load_torch_cuda(torch_dir: Path) -> None:

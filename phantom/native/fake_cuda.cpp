@@ -22,9 +22,12 @@
 // the output memory format (channels_last in, channels_last out) a real GPU gives.
 //
 // phantom_set_storage_address gives a fake CUDA storage the address phantom's caching
-// allocator model placed it at (see its comment).
+// allocator model placed it at; phantom_set_fake_device and phantom_exclude_fake_key let C++
+// read a fake tensor's device without calling into Python (see their comments).
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/StorageImpl.h>
+#include <c10/core/TensorImpl.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -271,4 +274,46 @@ extern "C" int phantom_set_storage_address(void* storage_impl, uintptr_t address
   void* data = reinterpret_cast<void*>(address);
   storage->set_data_ptr_noswap(c10::DataPtr(data, data, &c10::detail::deleteNothing, storage->device()));
   return 1;
+}
+
+// A Python FakeTensor reports its device through the python_custom_device policy: every
+// `tensor.device()` read in C++ (autograd recording each op's inputs, the engine checking
+// every gradient, the foreach optimizers grouping tensors by device) calls into Python and
+// dispatches prim.device, ~70% of all dispatches of a training step, 6-20 us each on a slow
+// host where a real tensor answers from a field. That time is phantom's, not the script's,
+// and taking it off the measured host gaps (a mean cost per entry, clipped at zero) charged
+// too much host time in code full of such reads (Megatron's local spec: ~35,000 an
+// iteration, bench/README.md, Session 28).
+//
+// c10's own C++ fake-device slot (TensorImpl::set_fake_device, added for a C++ FakeTensor)
+// answers device() from the tensor itself, and answers the meta device instead while the
+// Fake dispatch key is excluded in this thread. This keeps the slot and drops what else
+// set_fake_device does for that C++ mode: the Fake key is taken out of the tensor's key set
+// (no kernel is registered for it; the Python key routes the tensor's ops, as before), and
+// the Python device policy is turned off. `impl` is the TensorImpl* Python exposes as
+// Tensor._cdata; `type`, `index`: the c10::Device. Returns 1.
+namespace {
+// key_set_ is protected: a pointer to it formed inside a derived class is legal C++
+struct TensorImplAccess : c10::TensorImpl {
+  static c10::DispatchKeySet c10::TensorImpl::*key_set() { return &TensorImplAccess::key_set_; }
+};
+}  // namespace
+
+extern "C" int phantom_set_fake_device(void* impl, int type, int index) {
+  auto* tensor = static_cast<c10::TensorImpl*>(impl);
+  if (tensor == nullptr || type == static_cast<int>(c10::DeviceType::Meta)) return 0;
+  tensor->set_fake_device(c10::Device(static_cast<c10::DeviceType>(type),
+                                      static_cast<c10::DeviceIndex>(index)));
+  auto key_set = TensorImplAccess::key_set();
+  tensor->*key_set = (tensor->*key_set).remove(c10::DispatchKey::Fake);
+  tensor->set_python_custom_device(false);
+  return 1;
+}
+
+// FakeTensorMode runs an op's meta kernel on the fake tensors themselves, and the kernel
+// must see them on the meta device (in Python that is FakeTensor.__torch_dispatch__'s
+// prim.device answer under in_kernel_invocation). Excluding the Fake key in this thread for
+// that span makes the slot above answer meta; the caller's dispatch-key guard restores it.
+extern "C" void phantom_exclude_fake_key(int on) {
+  c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::Fake, on != 0);
 }
