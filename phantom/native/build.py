@@ -87,6 +87,16 @@ def library_path() -> Path:
     return cache_dir() / name
 
 
+def _has_fake_device_slot(torch_dir: Path) -> bool:
+    """Whether c10 has TensorImpl::set_fake_device (torch 2.13 and 2.14 do): without it a
+    fake tensor's device stays answered in Python (fake_device_functions returns None)."""
+    header = torch_dir / "include" / "c10" / "core" / "TensorImpl.h"
+    try:
+        return "void set_fake_device(" in header.read_text()
+    except OSError:
+        return False
+
+
 def _compile(target: Path) -> None:
     torch_dir = _torch_dir()
     compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
@@ -102,6 +112,7 @@ def _compile(target: Path) -> None:
         f"-D_GLIBCXX_USE_CXX11_ABI={_cxx11_abi(torch_dir)}",
         f"-I{torch_dir / 'include'}",
         *(["-DPHANTOM_CUDA_BUILD"] if _cuda_build(torch_dir) else []),
+        *(["-DPHANTOM_FAKE_DEVICE_SLOT"] if _has_fake_device_slot(torch_dir) else []),
         str(SOURCE), "-o", str(tmp),
         f"-L{torch_dir / 'lib'}", "-Wl,--no-as-needed", "-lc10", "-ltorch_cpu",
         f"-Wl,-rpath,{torch_dir / 'lib'}",
@@ -178,8 +189,8 @@ def fake_device_functions() -> tuple[Callable[[int, int, int], int], Callable[[i
     (fake_cuda.cpp): a fake tensor's device answered in C++; None where the library is not
     loaded."""
     lib = _loaded_library()
-    if lib is None:
-        return None
+    if lib is None or not hasattr(lib, "phantom_set_fake_device"):
+        return None  # not loaded, or built against a torch without the slot
     set_device, exclude = lib.phantom_set_fake_device, lib.phantom_exclude_fake_key
     set_device.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
     set_device.restype = ctypes.c_int

@@ -292,6 +292,7 @@ extern "C" int phantom_set_storage_address(void* storage_impl, uintptr_t address
 // (no kernel is registered for it; the Python key routes the tensor's ops, as before), and
 // the Python device policy is turned off. `impl` is the TensorImpl* Python exposes as
 // Tensor._cdata; `type`, `index`: the c10::Device. Returns 1.
+#ifdef PHANTOM_FAKE_DEVICE_SLOT  // build.py: c10 has TensorImpl::set_fake_device
 namespace {
 // key_set_ is protected: a pointer to it formed inside a derived class is legal C++
 struct TensorImplAccess : c10::TensorImpl {
@@ -317,3 +318,4 @@ extern "C" int phantom_set_fake_device(void* impl, int type, int index) {
 extern "C" void phantom_exclude_fake_key(int on) {
   c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::Fake, on != 0);
 }
+#endif  // PHANTOM_FAKE_DEVICE_SLOT
