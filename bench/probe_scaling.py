@@ -20,6 +20,7 @@ import math
 import runpy
 import statistics
 import sys
+from pathlib import Path
 
 FIXED_SCALES = (0.9, 1.0, 1.1, 1.2)
 STEADY = range(3, 10)  # iterations whose charges are compared
@@ -38,9 +39,15 @@ def record(out: str, script: list[str]) -> None:
 
     SteadyGaps.typical = logged
     sys.argv = script
+    # the script's folder in place of this one, as python would run it (this folder's
+    # megatron.py would shadow Megatron-Core's package)
+    here = str(Path(__file__).resolve().parent)
+    sys.path[:] = [str(Path(script[0]).resolve().parent)] + [p for p in sys.path if p != here]
     try:
         runpy.run_path(script[0], run_name="__main__")
     finally:
+        if not rows:
+            return  # the script failed before its first gap: its own error follows
         c = sim.dispatch_overhead_ns
         fixed = {}
         for scale in FIXED_SCALES:
