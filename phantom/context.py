@@ -29,8 +29,9 @@ from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, ins
                                    replay, replay_host_ns)
 from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, DISPATCH_OVERHEAD, FIRST_RUNS,
                                  FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT,
-                                 RELEASE, REMEASURE_EVERY, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps, code_fingerprint,
-                                 reference_step_ns, straggler_pace, training_step, wake_penalty_ns)
+                                 RELEASE, REMEASURE_EVERY, WAKE_PENALTY, HostSpeedNormalizer,
+                                 SteadyGaps, code_fingerprint, reference_step_ns, straggler_pace,
+                                 training_step, wake_penalty_ns)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator

@@ -236,15 +236,11 @@ def _patch_fake_gpu_context() -> None:
 
 def _patch_native_fake_device() -> None:
     """A FakeTensor (torch/_subclasses/fake_tensor.py) is made with `dispatch_device=True`, so
-    every C++ read of its device calls into Python and dispatches prim.device: autograd reads
-    each op's inputs and outputs, the engine each gradient, the foreach optimizers each tensor
-    when grouping. A real tensor answers from a field. Those dispatches were ~70% of all
-    handler entries (Megatron's local spec: ~35,000 an iteration), each 6-20 us of phantom's
-    own time on a slow host, and the host model had to take that time back off the measured
-    gaps, which it cannot do exactly (bench/README.md, megatron.py, Session 28). Here the
-    tensor's device lives in c10's C++ fake-device slot instead, set whenever FakeTensor's
-    `fake_device` is (fake_cuda.cpp, phantom_set_fake_device), and C++ reads it like a real
-    tensor's.
+    every C++ read of its device dispatched prim.device into Python: ~75% of all handler
+    entries, phantom's own time the host model had to estimate and take back off the gaps
+    (fake_cuda.cpp says more). Here the tensor's device lives in c10's C++ fake-device slot,
+    set whenever FakeTensor's `fake_device` is (phantom_set_fake_device), and C++ reads it
+    like a real tensor's.
 
     While FakeTensorMode runs a meta kernel on fake tensors, the kernel must see them on the
     meta device (FakeTensor.__torch_dispatch__'s prim.device answer under
@@ -274,7 +270,7 @@ def _patch_native_fake_device() -> None:
 
     def set_meta_in_tls_dispatch_include(included: bool) -> None:
         set_meta_included(included)
-        exclude_fake_key(1 if included else 0)
+        exclude_fake_key(included)
 
     torch._C._set_meta_in_tls_dispatch_include = set_meta_in_tls_dispatch_include
 

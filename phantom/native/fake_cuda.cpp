@@ -279,7 +279,7 @@ extern "C" int phantom_set_storage_address(void* storage_impl, uintptr_t address
 // A Python FakeTensor reports its device through the python_custom_device policy: every
 // `tensor.device()` read in C++ (autograd recording each op's inputs, the engine checking
 // every gradient, the foreach optimizers grouping tensors by device) calls into Python and
-// dispatches prim.device, ~70% of all dispatches of a training step, 6-20 us each on a slow
+// dispatches prim.device, ~75% of all dispatches of a training step, 6-20 us each on a slow
 // host where a real tensor answers from a field. That time is phantom's, not the script's,
 // and taking it off the measured host gaps (a mean cost per entry, clipped at zero) charged
 // too much host time in code full of such reads (Megatron's local spec: ~35,000 an
