@@ -72,8 +72,12 @@ LIST_PROBE = 64  # tensors in the calibration's long list (a short list has one)
 # (bench/data/host_h200.json; 1.73 us on the H100 host). Charged per storage freed, in place
 # of what freeing a fake one costs here (Simulation.release_overhead_ns).
 REAL_STORAGE_NS = 1_300.0
-# A blocking D2H read: cudaMemcpy round trip for a few bytes after the stream drains.
-D2H_SYNC_NS = 12_000.0
+# A blocking D2H read costs the host its copy's launch (HOST_KERNEL_LAUNCH_NS), the launch
+# latency, the copy itself (2 us + bytes / rate, on_data_read) and the wait for it: ~10 us for a
+# scalar with the stream idle, against `x.item()` taking 7.8 and 11.0 us in all (Python and
+# dispatch included) on a lent H100 host (bench/host_sync_cost.py, torch 2.11, 2026-11-27,
+# bench/data/session30/device_optimizer_parts_h100/). An extra 12 us per read assumed here
+# before put phantom's `.item()` at 22 us; nothing is added after the wait.
 # PCIe transfer rates measured on the lent H100 (bench/kernels/results/kernels_H100.json,
 # "transfer" rows): pinned 52.6 GB/s both ways; pageable 8.5 GB/s H2D, 10.4 GB/s D2H.
 # A pinned + non_blocking H2D copy runs on the copy engine and leaves the host free; a
@@ -634,7 +638,6 @@ class Simulation:
         if blocking:
             h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
-            self.timeline.advance_host(D2H_SYNC_NS)
             if self.recorder is not None:
                 self.recorder.host_span(f"read ({what})", h1, self.timeline.host_ns, "sync")
 

@@ -140,6 +140,28 @@ def test_gradient_accumulation_fusion_is_one_gemm_into_main_grad(run_script):
     assert ops.get("addmm.dtype_out") == 3 and ops.get("addmm_.default") == 2
 
 
+def test_clipping_scales_the_gradients_when_the_norm_is_a_placeholder(run_script):
+    """Megatron scales the gradients only if the norm it read exceeds max_norm; the simulated
+    norm is the placeholder 0.0, which counts as above it (every real run in bench/ clipped):
+    the scale's multiply and copy run per gradient, through optimizer.py's binding too. A norm
+    below max_norm keeps Megatron's own rule."""
+    proc, report = run_script("""
+        import torch
+        from megatron.core.optimizer import clip_grads, optimizer
+
+        params = [torch.nn.Parameter(torch.randn(64, 64, device="cuda")) for _ in range(5)]
+        for p in params:
+            p.grad = torch.randn(64, 64, device="cuda")
+        assert optimizer.clip_grad_by_total_norm_fp32 is clip_grads.clip_grad_by_total_norm_fp32
+        optimizer.clip_grad_by_total_norm_fp32(params, 1.0, 0.0)              # unknown: clipped
+        clip_grads.clip_grad_by_total_norm_fp32(params, max_norm=1.0, total_norm=0.5)  # below: kept
+    """)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    ops = {o["op"]: o["calls"] for o in report["top_ops"]}
+    assert ops.get("mul.Tensor", 0) + ops.get("mul.Scalar", 0) == 5 and ops.get("copy_.default") == 5
+
+
 def test_a_real_module_wins_over_its_simulated_stand_in():
     """The simulated extension is imported only where the real one is not installed."""
     import sys

@@ -44,6 +44,7 @@ ADAPTERS: dict[str, str] = {
     **{name: "phantom.adapters.megatron:" + func
        for name, func in {
            "megatron.core.utils": "patch_utils",
+           "megatron.core.optimizer.clip_grads": "patch_clip_grads",
            "megatron.core.transformer.moe.moe_utils": "patch_moe_utils",
            "megatron.core.transformer.moe.token_dispatcher": "patch_token_dispatcher",
        }.items()},

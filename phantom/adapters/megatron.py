@@ -10,8 +10,9 @@ Simulation policy (README, "Megatron-Core"):
   the fused optimizer, norms and multi-tensor kernels (as on a GPU machine without TE/Apex).
 - Gradient norm: Megatron reads it to the host (`.item()`-style reads in the local
   multi-tensor L2 norm). Each read costs its simulated sync, and the value is phantom's
-  placeholder (0.0): clipping never scales the gradients and no skipped/NaN-iteration path is
-  taken; the log's "grad norm" is that placeholder, not a measurement.
+  placeholder (0.0): no skipped/NaN-iteration path is taken, and the log's "grad norm" is that
+  placeholder, not a measurement. Clipping is taken to be active: a norm phantom does not know
+  counts as above `clip_grad`, so the gradients are scaled every step (`patch_clip_grads`).
 - Gradient-accumulation fusion (`gradient_accumulation_fusion=True`, Megatron-LM's default):
   Apex's `fused_weight_gradient_mlp_cuda` extension is simulated (`wgrad_accumulation_extension`),
   so the weight gradient accumulates into the fp32 `main_grad` inside its GEMM instead of a
@@ -52,6 +53,28 @@ def patch_utils(module: ModuleType) -> None:
         return torch.tensor([float(l2_reduced)], dtype=torch.float, device="cuda"), None
 
     module.local_multi_tensor_l2_norm = local_multi_tensor_l2_norm
+
+
+def patch_clip_grads(module: ModuleType) -> None:
+    """megatron/core/optimizer/clip_grads.py."""
+    original = module.clip_grad_by_total_norm_fp32
+
+    # `clip_grad_by_total_norm_fp32` scales the gradients only `if clip_coeff < 1.0`, i.e. when
+    # the norm read to the host exceeds `max_norm`. Under simulation that norm is the
+    # placeholder 0.0, so the scaling (one multi-tensor scale: without Apex, a multiply and a
+    # copy per gradient tensor) would never run. On real runs it does: every real Megatron run
+    # in bench/ logged norms of 2.8-13.6 against clip 1.0 (early training, where norms sit above
+    # the clip). So an unknown (0.0) norm counts as twice `max_norm`; optimizer.py binds this
+    # function by name, so it is patched here, where it is defined, before that import.
+    def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, *args, **kwargs):
+        if isinstance(parameters, torch.Tensor):
+            parameters = [parameters]
+        parameters = list(parameters)
+        if total_norm == 0.0 and max_norm > 0 and any(_is_phantom_tensor(p) for p in parameters):
+            total_norm = 2.0 * max_norm
+        return original(parameters, max_norm, total_norm, *args, **kwargs)
+
+    module.clip_grad_by_total_norm_fp32 = clip_grad_by_total_norm_fp32
 
 
 def patch_moe_utils(module: ModuleType) -> None:
