@@ -238,7 +238,7 @@ def test_speed_factor_is_the_best_over_the_mean_of_recent_probes(tmp_path, monke
                   200, 200, 200,       # a slow spell
                   100, 100, 100])      # fast again
     monkeypatch.setattr(host, "_probe_ns", lambda clock=None: next(times))
-    monkeypatch.setattr(host, "PROBE_STRENGTH", 1.0)  # the probe's correction in full
+    monkeypatch.setenv("PHANTOM_PROBE_STRENGTH", "1.0")  # the probe's correction in full
     speed = host.HostSpeedNormalizer(None)
     assert speed.factor == 1.0
     assert speed.sample() == pytest.approx(100 / 150)  # mean of (100, 200), not one sample
@@ -249,6 +249,8 @@ def test_the_probe_swing_is_damped_towards_the_machines_usual_speed(tmp_path, mo
     import phantom.engine.host as host
 
     monkeypatch.setattr(host, "PROBE_STRENGTH", 0.5)
+    monkeypatch.delenv("PHANTOM_PROBE_STRENGTH", raising=False)
+    monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
     monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 150)
     usual = host.HostSpeedNormalizer(tmp_path)  # a first run: its own median is the usual
     assert usual.usual_ns() == 150 and usual.factor == pytest.approx(usual.best_ns / 150)
@@ -263,19 +265,23 @@ def test_the_probe_swing_is_damped_towards_the_machines_usual_speed(tmp_path, mo
     assert 100 / 300 < slow < 100 / speed.usual_ns()
 
 
-def test_the_usual_speed_is_kept_across_runs_and_ranks_of_a_run_share_it(tmp_path, monkeypatch):
+def test_the_usual_speed_is_that_of_lone_runs_kept_across_runs(tmp_path, monkeypatch):
     import phantom.engine.host as host
 
+    monkeypatch.delenv("PHANTOM_PROBE_STRENGTH", raising=False)
     monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 200)
-    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "phantom-123")
     host.HostSpeedNormalizer(tmp_path)
-    host.HostSpeedNormalizer(tmp_path)  # a second rank of the same run
+    monkeypatch.setenv("TORCHELASTIC_RUN_ID", "phantom-123")  # a rank of a multi-process run
+    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 900)
+    rank = host.HostSpeedNormalizer(tmp_path)
+    assert rank.strength == 1.0 and rank.factor == pytest.approx(rank.best_ns / 900)  # in full
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")
     monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 100)
     later = host.HostSpeedNormalizer(tmp_path)
+    assert later.strength == host.PROBE_STRENGTH
     (cache,) = tmp_path.glob("host-probe-*.json")
     runs = json.loads(cache.read_text())["run_probe_ns"]
-    assert list(runs.values()) == [200, 100]  # one entry per run, the newest last
+    assert list(runs.values()) == [200, 100]  # lone runs only, the newest last
     assert later.usual_ns() == 150
     for _ in range(host.HISTORY + 3):
         host.HostSpeedNormalizer(tmp_path)

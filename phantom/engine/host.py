@@ -37,7 +37,9 @@ SLOW_STATE = 1.3  # a sample this many times the best counts as the machine's sl
 # Megatron's host-bound 1.7B rank) with the full correction (1.0), by 28 / 12 / 17% with none,
 # and by 18 / 17 / 9% at 0.5, with the same mean charge (bench/probe_scaling.py, Session 29
 # in bench/README.md). A machine's usual speed is what its level is set by, so the level is
-# kept; only the run-to-run and spell-to-spell swing is halved (in logarithm).
+# kept; only the run-to-run and spell-to-spell swing is halved (in logarithm). Only for a run
+# of one process: see HostSpeedNormalizer.strength. PHANTOM_PROBE_STRENGTH overrides it (a
+# diagnostic, for bench/probe_scaling.py and A/B runs).
 PROBE_STRENGTH = 0.5
 
 
@@ -150,11 +152,15 @@ class HostSpeedNormalizer:
         # and a best speed remembered from a faster CPU would make this one look that fast.
         self._cache = cache_dir / f"host-probe-{platform.node()}-{_cpu_tag()}.json" if cache_dir else None
         self.best_ns, self.best_step_ns, self._histories, self._runs = self._load_best()
-        # This run's key among the earlier runs' usual probe times (_runs, name -> ns): the
-        # ranks of one distributed run share theirs (the launcher's run id), so a wide run
-        # does not push the earlier runs out of the history.
-        run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
-        self._run_key = run_id if run_id.startswith("phantom-") else f"{os.getpid()}-{time.time_ns()}"
+        # The ranks of a multi-process run (the launcher's run id) share this machine's cores,
+        # and the probe then reads their contention as well: the published Megatron 1.7B row
+        # (48 ranks, `--ranks auto`) took 557 and 596 ms an iteration with the full correction
+        # and 716 and 700 damped, interleaved (Session 30 in bench/README.md). So such a run
+        # takes the correction in full, and stays out of the usual speed of lone runs.
+        self._alone = not os.environ.get("TORCHELASTIC_RUN_ID", "").startswith("phantom-")
+        self.strength = float(os.environ.get("PHANTOM_PROBE_STRENGTH",
+                                             PROBE_STRENGTH if self._alone else 1.0))
+        self._run_key = f"{os.getpid()}-{time.time_ns()}"  # this run's entry in _runs
         self.factor = 1.0
         self._samples: list[float] = []  # every sample of the run: the speed, variation()
         _probe_ns(clock)  # warm the code path
@@ -163,7 +169,7 @@ class HostSpeedNormalizer:
     def sample(self) -> float:
         # The mean of three probes against the fastest single probe: gaps are scaled to this
         # machine's best speed, its usual slowness taken out in full and its swings around
-        # that in part (PROBE_STRENGTH; flickers of a fraction of a millisecond included); the
+        # that in part (strength; flickers of a fraction of a millisecond included); the
         # node's typical slowdown is put back by the host speed (GPUSpec.host_mean_slowdown),
         # not this machine's. Saved at each sample: a run can end at any point.
         probes = [_probe_ns(self._clock) for _ in range(3)]
@@ -188,9 +194,9 @@ class HostSpeedNormalizer:
 
     def _factor(self, probe_ns: float) -> float:
         """The scale of time measured while the probe took `probe_ns`, damped towards the
-        machine's usual speed (PROBE_STRENGTH)."""
+        machine's usual speed (strength)."""
         usual = self.usual_ns()
-        return self.best_ns / (probe_ns ** PROBE_STRENGTH * usual ** (1 - PROBE_STRENGTH))
+        return self.best_ns / (probe_ns ** self.strength * usual ** (1 - self.strength))
 
     def variation(self) -> dict:
         """How far from its best speed this machine ran over the run's probe samples: the
@@ -273,13 +279,15 @@ class HostSpeedNormalizer:
         try:
             self._cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._cache.with_suffix(f".{os.getpid()}.tmp")
-            # Other processes (ranks, runs side by side) add their runs meanwhile: keep them.
+            # Other runs side by side add theirs meanwhile: keep them.
             runs = {**self._saved_runs(self._read_cache()), **self._runs}
             runs[self._run_key] = runs.pop(self._run_key)  # this run last: the newest
             self._runs = dict(list(runs.items())[-HISTORY:])
+            saved_runs = self._runs if self._alone else \
+                {k: v for k, v in self._runs.items() if k != self._run_key}
             tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N,
                                        _STEP_KEY: self.best_step_ns, **self._histories,
-                                       _RUNS_KEY: self._runs}))
+                                       _RUNS_KEY: saved_runs}))
             os.replace(tmp, self._cache)
         except OSError:
             pass  # a read-only cache only costs the memory across runs
