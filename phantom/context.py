@@ -72,12 +72,6 @@ LIST_PROBE = 64  # tensors in the calibration's long list (a short list has one)
 # (bench/data/host_h200.json; 1.73 us on the H100 host). Charged per storage freed, in place
 # of what freeing a fake one costs here (Simulation.release_overhead_ns).
 REAL_STORAGE_NS = 1_300.0
-# A blocking D2H read costs the host its copy's launch (HOST_KERNEL_LAUNCH_NS), the launch
-# latency, the copy itself (2 us + bytes / rate, on_data_read) and the wait for it: ~10 us for a
-# scalar with the stream idle, against `x.item()` taking 7.8 and 11.0 us in all (Python and
-# dispatch included) on a lent H100 host (bench/host_sync_cost.py, torch 2.11, 2026-11-27,
-# bench/data/session30/device_optimizer_parts_h100/). An extra 12 us per read assumed here
-# before put phantom's `.item()` at 22 us; nothing is added after the wait.
 # PCIe transfer rates measured on the lent H100 (bench/kernels/results/kernels_H100.json,
 # "transfer" rows): pinned 52.6 GB/s both ways; pageable 8.5 GB/s H2D, 10.4 GB/s D2H.
 # A pinned + non_blocking H2D copy runs on the copy engine and leaves the host free; a
@@ -636,6 +630,10 @@ class Simulation:
         if not self._launch_copy("DtoH", pinned, copy_ns, nbytes, stream_id, t, blocking, what):
             return  # captured into a CUDA graph
         if blocking:
+            # The copy's launch, its latency, the copy and the wait make the whole round trip:
+            # ~10 us for a scalar on an idle stream, against `x.item()` taking 7.8 and 11.0 us
+            # in all on a lent H100 host (bench/host_sync_cost.py, Session 30). A further 12 us
+            # once added here put phantom's `.item()` at 22 us; nothing follows the wait.
             h1 = self.timeline.host_ns
             self.timeline.synchronize_stream(stream_id)
             if self.recorder is not None:
