@@ -119,8 +119,15 @@ PUBLISHED = [
 PUBLISHED_ARGS = ("--seq-length", "4096", "--micro-batch-size", "1", "--global-batch-size",
                   "192", "--use-distributed-optimizer", "--overlap-grad-reduce",
                   "--overlap-param-gather", "--gradient-accumulation-fusion",
-                  "--core-attention", "sdpa", "--train-iters", "5",
-                  "--disable-gloo-process-groups")
+                  "--train-iters", "5", "--disable-gloo-process-groups")
+# The layer spec (`published --spec`): Transformer Engine's, as the published runs used, through
+# phantom's simulated TE (te, the default since session 31); or the local spec with torch
+# SDPA standing in for TE's fused attention (local, sessions 6-30).
+SPEC_ARGS = {"te": ("--transformer-impl", "transformer_engine"),
+             "local": ("--core-attention", "sdpa")}
+SPEC_PHANTOM_ARGS = {"te": ("--transformer-engine", "simulated"), "local": ()}
+SPEC_TEXT = {"te": "Transformer Engine spec (phantom's simulated TE)",
+             "local": "local spec + SDPA core attention"}
 
 
 def parse(output: str) -> dict:
@@ -234,13 +241,15 @@ def cmd_published(args: argparse.Namespace) -> None:
         if args.rows and p.name not in args.rows.split(","):
             continue
         cmd = [sys.executable, "-m", "phantom.cli", "run", "--cluster", "h100-ib", "--nnodes",
-               str(p.gpus // 8), "--ranks", "auto", *shlex.split(args.phantom_args), str(SCRIPT), "--preset", p.preset,
+               str(p.gpus // 8), "--ranks", "auto", *SPEC_PHANTOM_ARGS[args.spec],
+               *shlex.split(args.phantom_args), str(SCRIPT), "--preset", p.preset,
                "--tp", str(p.tp), *(("--sequence-parallel",) if p.tp > 1 else ()),
                *(a for a in PUBLISHED_ARGS
-                 if args.gaf or a != "--gradient-accumulation-fusion")]
+                 if args.gaf or a != "--gradient-accumulation-fusion"), *SPEC_ARGS[args.spec]]
         rc, out, wall = run(cmd, args.timeout)
         r = parse(out)
         rows.append(dict(name=p.name, gpus=p.gpus, tp=p.tp, published_tflops=p.tflops, rc=rc,
+                         spec=args.spec,
                          wall_s=round(wall, 1), sim_tflops=r["median_tflops"],
                          sim_ms=r["median_ms"], error_pct=pct(r["median_tflops"], p.tflops),
                          max_allocated_gib=r["max_allocated_gib"], command=cmd[3:],
@@ -252,8 +261,9 @@ def write_published(out: str, rows: list[dict]) -> None:
     write_json(out + ".json", dict(date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                    rows=rows))
     lines = ["Megatron-Core r0.8 weak scaling on H100 (NVIDIA/Megatron-LM README): seq 4096, "
-             "DP 48, global batch 192; phantom: `h100-ib` cluster, `--ranks auto`, local spec + "
-             "SDPA core attention, micro batch 1. Median of iterations "
+             "DP 48, global batch 192; phantom: `h100-ib` cluster, `--ranks auto`, "
+             f"{SPEC_TEXT[rows[0].get('spec', 'local')] if rows else ''}, micro batch 1. "
+             "Median of iterations "
              f"{WARMUP + 1}+.", "",
              "| row | GPUs | published TFLOP/s/GPU | phantom | error | phantom ms/iter | "
              "max alloc GiB | wall s |", "|---|---|---|---|---|---|---|---|"]
@@ -286,7 +296,8 @@ def cmd_list(args: argparse.Namespace) -> None:
     for c in REAL_CONFIGS:
         print(f"{c.name:14s} {c.nproc} GPUs  {' '.join(c.args)}")
     for p in PUBLISHED:
-        print(f"{p.name:14s} {p.gpus} GPUs  --preset {p.preset} --tp {p.tp} {' '.join(PUBLISHED_ARGS)}")
+        print(f"{p.name:14s} {p.gpus} GPUs  --preset {p.preset} --tp {p.tp} {' '.join(PUBLISHED_ARGS)} "
+              f"{' '.join(SPEC_ARGS['te'])}")
 
 
 def main() -> None:
@@ -311,6 +322,9 @@ def main() -> None:
     q.add_argument("--out", required=True)
     q.add_argument("--rows")
     q.add_argument("--phantom-args", default="", help="extra `phantom run` options, e.g. '--rank-spread 0'")
+    q.add_argument("--spec", choices=sorted(SPEC_ARGS), default="te",
+                   help="te (default): Transformer Engine's layer spec, simulated; local: the "
+                        "local spec with SDPA attention")
     q.add_argument("--no-gradient-accumulation-fusion", dest="gaf", action="store_false",
                    help="run the rows without it (before session 26), for comparison")
     q.add_argument("--timeout", type=float, default=3600)

@@ -72,6 +72,11 @@ def _run_parser() -> argparse.ArgumentParser:
                         "lognormal host time; default: the GPU preset's, measured on real "
                         "2-GPU hosts): every rank's host time is charged at the pace of the "
                         "slowest of its node's ranks. 0: at a typical rank's pace")
+    p.add_argument("--transformer-engine", choices=("off", "simulated"), default="off",
+                   help="off (default): the script runs as on a GPU machine without NVIDIA "
+                        "Transformer Engine; simulated: phantom's simulated TE is importable "
+                        "(Megatron's TE layer spec, TE's FusedAdam; bf16, no FP8; README "
+                        "'Megatron-Core')")
     p.add_argument("--no-db", action="store_true",
                    help="leave out the shipped kernel database: fallback (roofline) times only, "
                         "plus any --db")
@@ -95,7 +100,7 @@ def _run_parser() -> argparse.ArgumentParser:
 # phantom run's options that take a value (the rest are flags)
 RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--power-limit", "--report", "--on-data-read", "--nproc-per-node",
                           "--host-speed", "--host-gaps", "--rank-spread", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
-                          "--ranks", "--executor", "--ray-address",
+                          "--ranks", "--executor", "--ray-address", "--transformer-engine",
                           "--out", "--trace", "--trace-ranks", "--trace-iters"}
 
 
@@ -156,6 +161,7 @@ def parse_run_args(argv: list[str]) -> RunConfig:
                        report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
                        host_speed=args.host_speed, host_gaps=args.host_gaps, rank_spread=args.rank_spread,
+                       transformer_engine=args.transformer_engine,
                        tee=args.tee, log_dir=args.log_dir,
                        db_paths=_check_dbs(args.db, args.gpu or "H100"),
                        shipped_db=not args.no_db)

@@ -37,7 +37,10 @@ from megatron.core.distributed import (
     finalize_model_grads,
 )
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.models.gpt.gpt_layer_specs import (
+    get_gpt_layer_local_spec,
+    get_gpt_layer_with_transformer_engine_spec,
+)
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.pipeline_parallel import get_forward_backward_func
 from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
@@ -164,6 +167,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--recompute-num-layers", type=int, default=1)
     p.add_argument("--core-attention", choices=["local", "sdpa"], default="local",
                    help="the local spec's DotProductAttention, or torch SDPA (flash)")
+    p.add_argument("--transformer-impl", choices=["local", "transformer_engine"], default="local",
+                   help="the layer spec: Megatron-Core's local one, or Transformer Engine's "
+                        "(needs TE; under phantom: phantom run --transformer-engine simulated)")
+    p.add_argument("--moe-grouped-gemm", action="store_true",
+                   help="with --transformer-impl transformer_engine: experts as TE's GroupedLinear")
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall"],
                    default="alltoall")
     p.add_argument("--moe-router-force-load-balancing", action="store_true",
@@ -217,7 +225,8 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
         attention_dropout=0.0,
         bias_activation_fusion=arch.swiglu,
         masked_softmax_fusion=False,
-        apply_rope_fusion=False,
+        # Megatron-LM's default (`--no-rope-fusion` turns it off); the fused kernel is TE's
+        apply_rope_fusion=args.transformer_impl == "transformer_engine",
         bf16=True,
         params_dtype=torch.bfloat16,
         pipeline_dtype=torch.bfloat16,
@@ -237,7 +246,19 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
 
 def model_provider(config: TransformerConfig, arch: Arch, vocab: int, seq: int,
                    pre_process: bool, post_process: bool, vp_stage: int | None,
-                   core_attention: str = "local") -> GPTModel:
+                   core_attention: str = "local", transformer_impl: str = "local",
+                   moe_grouped_gemm: bool = False) -> GPTModel:
+    if transformer_impl == "transformer_engine":
+        # TE's modules: fused norm + GEMM, TP-aware linears, fused attention; the final norm
+        # is TE's too. Sequence parallelism needs nothing more.
+        spec = get_gpt_layer_with_transformer_engine_spec(
+            num_experts=arch.num_experts, moe_grouped_gemm=moe_grouped_gemm,
+            qk_layernorm=arch.qk_layernorm)
+        return GPTModel(config=config, transformer_layer_spec=spec, vocab_size=vocab,
+                        max_sequence_length=seq, pre_process=pre_process,
+                        post_process=post_process, share_embeddings_and_output_weights=False,
+                        position_embedding_type="rope", rotary_base=arch.rotary_base,
+                        vp_stage=vp_stage)
     spec = get_gpt_layer_local_spec(num_experts=arch.num_experts, qk_layernorm=arch.qk_layernorm,
                                     normalization=arch.normalization)
     if core_attention == "sdpa":
@@ -268,7 +289,8 @@ def build_model(args, config, arch, vocab, seq) -> list[DistributedDataParallel]
         pre = parallel_state.is_pipeline_first_stage(ignore_virtual=False, vp_stage=stage)
         post = parallel_state.is_pipeline_last_stage(ignore_virtual=False, vp_stage=stage)
         chunks.append(model_provider(config, arch, vocab, seq, pre, post, stage,
-                                     args.core_attention))
+                                     args.core_attention, args.transformer_impl,
+                                     args.moe_grouped_gemm))
     for chunk in chunks:
         for param in chunk.parameters():
             tensor_parallel.set_defaults_if_not_set_tensor_model_parallel_attributes(param)

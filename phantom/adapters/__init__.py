@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
+import os
 import sys
+from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
@@ -64,6 +67,15 @@ AROUND_IMPORT: dict[str, str] = {
 SIMULATED_MODULES: dict[str, str] = {
     "fused_weight_gradient_mlp_cuda": "phantom.adapters.megatron:wgrad_accumulation_extension",
 }
+# top-level package name -> directory holding phantom's simulated version of that package
+# (a whole library a GPU cluster has and this machine cannot install), found only where the
+# real one is not installed. Transformer Engine: te_standin/__init__.py.
+SIMULATED_PACKAGES: dict[str, Path] = {
+    "transformer_engine": Path(__file__).resolve().parent / "te_standin",
+}
+# "simulated" offers the simulated Transformer Engine (phantom run --transformer-engine
+# simulated sets it); otherwise the script runs as on a GPU machine without TE.
+SIMULATED_TE_ENV = "PHANTOM_TRANSFORMER_ENGINE"
 
 
 def _resolve(target: str) -> Callable[[ModuleType], None]:
@@ -112,6 +124,8 @@ class _AdapterFinder(importlib.abc.MetaPathFinder):
         self._simulated = simulated
 
     def find_spec(self, fullname, path, target=None):
+        if fullname in SIMULATED_PACKAGES:
+            return self._simulated_package(fullname)
         patch = self._patches.get(fullname)
         around = self._around.get(fullname)
         factory = self._simulated.get(fullname)
@@ -128,6 +142,20 @@ class _AdapterFinder(importlib.abc.MetaPathFinder):
             return None
         spec.loader = _PatchingLoader(spec.loader, patch, around)
         return spec
+
+    def _simulated_package(self, fullname: str):
+        """The simulated package's spec, where the real package is not installed (its
+        submodules are then found through its __path__, inside the simulated one)."""
+        if fullname == "transformer_engine" and os.environ.get(SIMULATED_TE_ENV) != "simulated":
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is not None:
+            return None  # the real one
+        return importlib.machinery.PathFinder.find_spec(fullname, [str(SIMULATED_PACKAGES[fullname])])
 
 
 def install(patches: dict[str, str] | None = None, around: dict[str, str] | None = None,

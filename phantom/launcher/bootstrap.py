@@ -10,6 +10,7 @@ import atexit
 import faulthandler
 import gc
 import os
+import re
 import runpy
 import signal
 import sys
@@ -18,6 +19,7 @@ import time
 import traceback
 from typing import NoReturn
 
+from phantom.adapters import SIMULATED_TE_ENV  # imports no torch
 from phantom.launcher.config import ENV_VAR, RunConfig
 
 
@@ -56,6 +58,27 @@ def _needs_torchrun_env(exc: BaseException) -> bool:
     (torch/distributed/rendezvous.py, `_env_error`)."""
     return isinstance(exc, ValueError) and "env:// rendezvous" in str(exc) \
         and "expected, but not set" in str(exc)
+
+
+# Megatron-Core's words when it needs TE: "Transformer Engine is not installed. Please install
+# it with `pip install transformer-engine`", "apply_rope_fusion is not available. Please install
+# TE >= 1.4", ...
+_TE_MISSING = re.compile(r"install (it with `pip install )?(transformer[-_ ]engine|TE\b)",
+                         re.IGNORECASE)
+
+
+def _needs_transformer_engine(exc: BaseException) -> bool:
+    """The script (or Megatron-Core) needed NVIDIA Transformer Engine, which phantom offers
+    only when asked."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, ModuleNotFoundError) and (exc.name or "").startswith("transformer_engine"):
+            return True
+        if _TE_MISSING.search(str(exc)):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _is_launcher_frame(filename: str) -> bool:
@@ -123,6 +146,8 @@ def main() -> int:
     real_clock = time.perf_counter  # the simulation replaces time.perf_counter below
     wall_start = real_clock()
     prepare_process(config.quiet)
+    # read by phantom.adapters' import hook (and by this rank's subprocesses, if any)
+    os.environ[SIMULATED_TE_ENV] = config.transformer_engine
 
     from phantom import interception
     from phantom.context import SimOptions, Simulation
@@ -165,6 +190,10 @@ def main() -> int:
                   "environment (RANK, WORLD_SIZE, MASTER_ADDR), which phantom sets only for a "
                   "launch like torchrun's: run it as `phantom run --nproc-per-node N ...` "
                   "(N simulated GPUs; 1 for one rank).", file=sys.stderr)
+        if config.transformer_engine != "simulated" and _needs_transformer_engine(e):
+            print("phantom: NVIDIA Transformer Engine is not installed here (it needs a GPU "
+                  "to build); phantom simulates it: rerun with `phantom run "
+                  "--transformer-engine simulated ...` (README, 'Megatron-Core').", file=sys.stderr)
         exit_code = 1
     sys.stdout.flush()
     # The script is done: the interpreter's exit-time collections are not the script's time,

@@ -22,6 +22,7 @@ class RunConfig:
     host_speed: float | None = None  # None: measured (SimOptions.host_speed)
     host_gaps: str = "steady"  # --host-gaps (SimOptions.host_gaps)
     rank_spread: float | None = None  # --rank-spread (SimOptions.rank_spread); None: the GPU's
+    transformer_engine: str = "off"  # --transformer-engine: "simulated" or "off" (adapters)
     # Distributed runs (torchrun semantics): set when --nnodes/--nproc-per-node are given.
     distributed: bool = False
     nnodes: int = 1
