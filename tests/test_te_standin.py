@@ -176,16 +176,21 @@ def test_what_is_not_simulated_is_refused_with_a_message(run_script, code, messa
         message in proc.stderr and "FP8" in proc.stderr
 
 
-def test_megatron_te_spec_tp2_sequence_parallel():
+@pytest.mark.parametrize("layout", [
+    ("--preset", "tiny", "--tp", "2", "--sequence-parallel"),
+    ("--preset", "tiny-moe", "--ep", "2", "--moe-grouped-gemm"),  # TE's GroupedLinear experts
+])
+def test_megatron_te_spec_end_to_end(layout):
     """Megatron-Core's Transformer Engine layer spec (fused norm + GEMM, TE attention, RoPE
-    fusion, TE's FusedAdam) runs under phantom with TP 2 + sequence parallelism and the
-    distributed optimizer; Megatron's log line prints every iteration."""
+    fusion, TE's FusedAdam) runs under phantom with TP 2 + sequence parallelism, and MoE with
+    grouped GEMMs on EP 2, with the distributed optimizer; Megatron's log line prints every
+    iteration."""
     pytest.importorskip("megatron.core", reason="megatron-core is not installed")
     script = str(REPO / "examples" / "megatron" / "pretrain_gpt.py")
-    proc = run_phantom(["run", "--nproc-per-node", "2", *TE, script, "--preset", "tiny",
-                        "--tp", "2", "--sequence-parallel", "--use-distributed-optimizer",
-                        "--gradient-accumulation-fusion", "--transformer-impl",
-                        "transformer_engine", "--train-iters", "3"], timeout=600)
+    proc = run_phantom(["run", "--nproc-per-node", "2", *TE, script, *layout,
+                        "--use-distributed-optimizer", "--gradient-accumulation-fusion",
+                        "--transformer-impl", "transformer_engine", "--train-iters", "3"],
+                       timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-4000:]
     iters = re.findall(r"iteration\s+(\d+)/\s*3 \| .*?elapsed time per iteration \(ms\): ([\d.]+)", out)

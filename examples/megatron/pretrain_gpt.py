@@ -1,7 +1,8 @@
 """GPT pre-training with Megatron-Core (0.16), written the way Megatron-Core users write a loop.
 
-Model: `GPTModel` with the local (pure Megatron-Core, no Transformer Engine) layer spec,
-`Float16Module` + Megatron's `DistributedDataParallel`, `get_megatron_optimizer` (optionally
+Model: `GPTModel` with the local (pure Megatron-Core) layer spec, or with
+`--transformer-impl transformer_engine` Transformer Engine's (under phantom: `phantom run
+--transformer-engine simulated`), `Float16Module` + Megatron's `DistributedDataParallel`, `get_megatron_optimizer` (optionally
 the distributed optimizer), the pipeline schedules from `get_forward_backward_func`, and the
 mock GPT dataset. Every rank prints Megatron's own training log line (rank 0 shows it):
 
@@ -201,6 +202,7 @@ def transformer_config(args: argparse.Namespace, arch: Arch) -> TransformerConfi
                    moe_token_dispatcher_type=args.moe_token_dispatcher_type,
                    moe_router_force_load_balancing=args.moe_router_force_load_balancing,
                    moe_router_load_balancing_type="aux_loss", moe_aux_loss_coeff=1e-2,
+                   moe_grouped_gemm=args.moe_grouped_gemm,
                    expert_model_parallel_size=args.ep,
                    expert_tensor_parallel_size=args.etp or args.tp)
     recompute = {}
