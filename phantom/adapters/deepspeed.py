@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
+from phantom.adapters.multi_tensor import StepCounters, multi_tensor_adam
 from phantom.interception.mode import SimulationError
 
 # DeepSpeed op name (OpBuilder.NAME) -> factory of the simulated extension module.
@@ -45,47 +46,12 @@ def _warn(message: str) -> None:
 
 # -- simulated CUDA extensions ----------------------------------------------------------------
 
-class _StepCounters:
-    """`aten._fused_adamw_` takes one float32 step tensor per parameter (it increments them);
-    DeepSpeed's kernel takes the step as a host int. The counters are device tensors made once
-    per list length and reused, so steady-state steps launch only the fused update kernel, as
-    the real multi_tensor_adam does (it launches nothing but the update)."""
-
-    def __init__(self) -> None:
-        self._lists: dict[tuple[int, torch.device], list[torch.Tensor]] = {}
-
-    def get(self, n: int, device: torch.device) -> list[torch.Tensor]:
-        key = (n, device)
-        if key not in self._lists:
-            self._lists[key] = [torch.zeros((), dtype=torch.float32, device=device) for _ in range(n)]
-        return self._lists[key]
-
-
-def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]],
-                      lr: float, beta1: float, beta2: float, epsilon: float, step: int, mode: int,
-                      bias_correction: int, weight_decay: float, *, _steps: _StepCounters) -> None:
-    """deepspeed/ops/csrc/adam/multi_tensor_adam.cu `multi_tensor_adam(chunk_size, noop_flag,
-    [grads, params, exp_avgs, exp_avg_sqs], lr, beta1, beta2, eps, step, mode, bias_correction,
-    weight_decay)`: one multi-tensor-apply launch updating every tensor in place (mode 1:
-    AdamW, decoupled weight decay; mode 0: Adam with L2). Simulated as torch's fused kernel of
-    the same mode, which reads and writes the same tensors once per element."""
-    grads, params, exp_avgs, exp_avg_sqs = tensor_lists
-    if not params:
-        return
-    if not bias_correction:
-        raise SimulationError("phantom: FusedAdam(bias_correction=False) is not simulated "
-                              "(README, 'DeepSpeed').")
-    fused = torch._fused_adamw_ if mode == 1 else torch._fused_adam_
-    fused(params, grads, exp_avgs, exp_avg_sqs, [], _steps.get(len(params), params[0].device),
-          lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=epsilon,
-          amsgrad=False, maximize=False)
-
-
 def fused_adam_module() -> Any:
-    steps = _StepCounters()
+    """DeepSpeed's FusedAdam extension (csrc/adam/multi_tensor_adam.cu, Apex's kernel)."""
+    steps = StepCounters()
 
     def op(*args: Any, **kwargs: Any) -> None:
-        multi_tensor_adam(*args, _steps=steps, **kwargs)
+        multi_tensor_adam(*args, steps=steps, **kwargs)
 
     return SimpleNamespace(multi_tensor_adam=op, __name__="phantom_simulated_fused_adam")
 

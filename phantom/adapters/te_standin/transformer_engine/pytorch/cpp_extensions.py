@@ -21,10 +21,14 @@ def general_gemm(A: torch.Tensor, B: torch.Tensor, workspace: Any = None,
         refuse("general_gemm with FP8 quantization, a GELU epilogue or userbuffers")
     a = A.t() if layout[0] == "T" else A
     b = B.t() if layout[1] == "T" else B
-    a, b = a.reshape(-1, a.shape[-1]) if a.dim() > 2 else a, b.reshape(-1, b.shape[-1]) if b.dim() > 2 else b
+    if b.dim() > 2:  # activations [s, b, h]: the GEMM sees [s * b, h]
+        b = b.reshape(-1, b.shape[-1])
     dtype = out_dtype or B.dtype
-    if accumulate and out is not None:
-        torch.addmm(out, b, a, out_dtype=out.dtype, out=out) if out.dtype != b.dtype else out.addmm_(b, a)
+    if accumulate and out is not None:  # out += b @ a: one GEMM with beta = 1
+        if out.dtype != b.dtype:
+            torch.addmm(out, b, a, out_dtype=out.dtype, out=out)
+        else:
+            out.addmm_(b, a)
         result = out
     else:
         result = torch.mm(b, a, out_dtype=dtype) if dtype != b.dtype else torch.mm(b, a)

@@ -11,7 +11,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-from phantom.adapters.deepspeed import _StepCounters, multi_tensor_adam as _adam_kernel
+from phantom.adapters.multi_tensor import StepCounters
+from phantom.adapters.multi_tensor import multi_tensor_adam as _adam_kernel
 from phantom.adapters.megatron import APEX_WGRAD_CALL_NS
 from phantom.interception.cuda_api import node_call
 
@@ -51,7 +52,7 @@ def multi_tensor_scale(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: l
         torch._foreach_copy_(dst, torch._foreach_mul(src, scale))
 
 
-_steps = _StepCounters()
+_steps = StepCounters()
 
 
 @_extension_call("multi_tensor_adam")
@@ -59,7 +60,7 @@ def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: li
                       lr: float, beta1: float, beta2: float, eps: float, step: int, mode: int,
                       bias_correction: int, weight_decay: float) -> None:
     _adam_kernel(chunk_size, noop_flag, tensor_lists, lr, beta1, beta2, eps, step, mode,
-                 bias_correction, weight_decay, _steps=_steps)
+                 bias_correction, weight_decay, steps=_steps)
 
 
 def multi_tensor_applier(op: Callable, noop_flag_buffer: torch.Tensor,
