@@ -120,22 +120,15 @@ class TransformerEngineBaseModule(torch.nn.Module):
 
     @staticmethod
     def _check_common(delay_wgrad_compute: bool = False, symmetric_ar_type: Any = None,
-                      **ub_flags: Any) -> None:
+                      *ub_flags: bool) -> None:
         if delay_wgrad_compute:
             refuse("delay_wgrad_compute (split weight-gradient GEMMs) is not simulated")
         if symmetric_ar_type:
             refuse("symmetric-memory all-reduce (symmetric_ar_type) is not simulated")
-        if any(ub_flags.values()):
+        if any(ub_flags):
             warn_once("ub", "Transformer Engine's userbuffers TP communication overlap "
                       "(tp_comm_overlap) is not simulated: its collectives run as plain NCCL "
                       "calls, not overlapped with the GEMMs")
-
-
-def activation_dtype(inp: torch.Tensor) -> torch.dtype:
-    """The dtype TE computes in: autocast's, else the input's."""
-    if torch.is_autocast_enabled("cuda"):
-        return torch.get_autocast_dtype("cuda")
-    return inp.dtype
 
 
 # -- tensor-parallel collectives on dimension 0 (TE's distributed.py helpers) --------------------

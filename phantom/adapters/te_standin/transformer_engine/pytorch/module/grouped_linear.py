@@ -78,7 +78,7 @@ class GroupedLinear(TransformerEngineBaseModule):
                          params_dtype=params_dtype, device=device,
                          get_rng_state_tracker=get_rng_state_tracker,
                          rng_tracker_name=rng_tracker_name)
-        self._check_common(delay_wgrad_compute, None, ag=ub_overlap_ag, rs=ub_overlap_rs)
+        self._check_common(delay_wgrad_compute, None, ub_overlap_ag, ub_overlap_rs)
         if parallel_mode is not None and self.tp_size > 1:
             refuse("GroupedLinear with tensor parallelism inside the layer is not simulated")
         if bias:

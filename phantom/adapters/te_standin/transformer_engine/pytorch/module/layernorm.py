@@ -14,6 +14,23 @@ import torch.nn.functional as F
 from transformer_engine.pytorch.module.base import TransformerEngineBaseModule, refuse
 
 
+def add_norm_parameters(module: TransformerEngineBaseModule, prefix: str, hidden_size: int,
+                        normalization: str, zero_centered_gamma: bool, sequence_parallel: bool) -> None:
+    """`{prefix}weight` (gamma, or gamma - 1 when zero-centred) and, for LayerNorm,
+    `{prefix}bias`, marked `sequence_parallel` so Megatron all-reduces their gradients over TP."""
+    def make(value: float) -> torch.nn.Parameter:
+        param = torch.nn.Parameter(torch.empty(hidden_size, dtype=module.params_dtype,
+                                               device=module.device))
+        if param.device.type != "meta":
+            with torch.no_grad():
+                param.fill_(value)
+        param.sequence_parallel = sequence_parallel
+        return param
+
+    module.register_parameter(prefix + "weight", make(0.0 if zero_centered_gamma else 1.0))
+    module.register_parameter(prefix + "bias", make(0.0) if normalization == "LayerNorm" else None)
+
+
 def apply_normalization(x: torch.Tensor, normalization: str, weight: torch.Tensor,
                         bias: torch.Tensor | None, eps: float, zero_centered_gamma: bool) -> torch.Tensor:
     gamma = weight + 1 if zero_centered_gamma else weight
@@ -35,20 +52,8 @@ class _Norm(TransformerEngineBaseModule):
             refuse(f"{type(self).__name__}(sm_margin=...) is not simulated")
         self.eps, self.hidden_size = eps, hidden_size
         self.zero_centered_gamma = zero_centered_gamma
-        self.weight = torch.nn.Parameter(torch.empty(hidden_size, dtype=self.params_dtype,
-                                                     device=self.device))
-        self.weight.sequence_parallel = bool(sequence_parallel)
-        if self.normalization == "LayerNorm":
-            self.bias = torch.nn.Parameter(torch.empty(hidden_size, dtype=self.params_dtype,
-                                                       device=self.device))
-            self.bias.sequence_parallel = bool(sequence_parallel)
-        else:
-            self.register_parameter("bias", None)
-        with torch.no_grad():
-            if self.weight.device.type != "meta":
-                self.weight.fill_(0.0 if zero_centered_gamma else 1.0)
-                if self.bias is not None:
-                    self.bias.zero_()
+        add_norm_parameters(self, "", hidden_size, self.normalization, zero_centered_gamma,
+                            bool(sequence_parallel))
 
     def forward(self, inp: torch.Tensor) -> torch.Tensor:
         return apply_normalization(inp, self.normalization, self.weight, self.bias, self.eps,

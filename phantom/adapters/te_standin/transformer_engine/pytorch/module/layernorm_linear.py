@@ -13,7 +13,7 @@ from typing import Any, Callable
 import torch
 
 from transformer_engine.pytorch.module.base import refuse
-from transformer_engine.pytorch.module.layernorm import apply_normalization
+from transformer_engine.pytorch.module.layernorm import add_norm_parameters, apply_normalization
 from transformer_engine.pytorch.module.linear import LinearBase, _linear
 
 
@@ -35,10 +35,10 @@ class LayerNormLinear(LinearBase):
         super().__init__(tp_group=tp_group, tp_size=tp_size, sequence_parallel=sequence_parallel,
                          params_dtype=params_dtype, device=device,
                          get_rng_state_tracker=get_rng_state_tracker,
-                         rng_tracker_name=rng_tracker_name)
-        self._check_common(delay_wgrad_compute, symmetric_ar_type, ag=ub_overlap_ag,
-                           rs=ub_overlap_rs, rs_dgrad=ub_overlap_rs_dgrad, bulk_d=ub_bulk_dgrad,
-                           bulk_w=ub_bulk_wgrad)
+                         rng_tracker_name=rng_tracker_name, delay_wgrad_compute=delay_wgrad_compute,
+                         symmetric_ar_type=symmetric_ar_type,
+                         ub_flags=(ub_overlap_ag, ub_overlap_rs, ub_overlap_rs_dgrad, ub_bulk_dgrad,
+                                   ub_bulk_wgrad))
         if normalization not in ("LayerNorm", "RMSNorm"):
             refuse(f"LayerNormLinear(normalization={normalization!r}) (expected 'LayerNorm' or 'RMSNorm')")
         if return_layernorm_output or return_layernorm_output_gathered or parameters_split:
@@ -48,20 +48,8 @@ class LayerNormLinear(LinearBase):
         self.normalization, self.eps = normalization, eps
         self.zero_centered_gamma = zero_centered_gamma
         self.name = name
-        self.layer_norm_weight = torch.nn.Parameter(torch.empty(in_features, dtype=self.params_dtype,
-                                                                device=self.device))
-        self.layer_norm_weight.sequence_parallel = sequence_parallel
-        if normalization == "LayerNorm":
-            self.layer_norm_bias = torch.nn.Parameter(torch.empty(in_features, dtype=self.params_dtype,
-                                                                  device=self.device))
-            self.layer_norm_bias.sequence_parallel = sequence_parallel
-        else:
-            self.register_parameter("layer_norm_bias", None)
-        with torch.no_grad():
-            if self.layer_norm_weight.device.type != "meta":
-                self.layer_norm_weight.fill_(0.0 if zero_centered_gamma else 1.0)
-                if self.layer_norm_bias is not None:
-                    self.layer_norm_bias.zero_()
+        add_norm_parameters(self, "layer_norm_", in_features, normalization, zero_centered_gamma,
+                            sequence_parallel)
         self._init_linear(in_features, out_features, bias=bias, return_bias=return_bias,
                           parallel_mode=parallel_mode,
                           fuse_wgrad_accumulation=fuse_wgrad_accumulation, init_method=init_method)

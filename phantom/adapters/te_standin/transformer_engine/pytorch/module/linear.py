@@ -111,6 +111,11 @@ def _linear(inp: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
 class LinearBase(TransformerEngineBaseModule):
     """The weight, bias and parallel mode shared by Linear and LayerNormLinear."""
 
+    def __init__(self, *, delay_wgrad_compute: bool, symmetric_ar_type: str | None,
+                 ub_flags: tuple[bool, ...], **base: Any) -> None:
+        super().__init__(**base)
+        self._check_common(delay_wgrad_compute, symmetric_ar_type, *ub_flags)
+
     def _init_linear(self, in_features: int, out_features: int, *, bias: bool, return_bias: bool,
                      parallel_mode: str | None, fuse_wgrad_accumulation: bool,
                      init_method: Callable | None) -> None:
@@ -172,10 +177,10 @@ class Linear(LinearBase):
         super().__init__(tp_group=tp_group, tp_size=tp_size, sequence_parallel=sequence_parallel,
                          params_dtype=params_dtype, device=device,
                          get_rng_state_tracker=get_rng_state_tracker,
-                         rng_tracker_name=rng_tracker_name)
-        self._check_common(delay_wgrad_compute, symmetric_ar_type, ag=ub_overlap_ag,
-                           rs=ub_overlap_rs, rs_dgrad=ub_overlap_rs_dgrad, bulk_d=ub_bulk_dgrad,
-                           bulk_w=ub_bulk_wgrad)
+                         rng_tracker_name=rng_tracker_name, delay_wgrad_compute=delay_wgrad_compute,
+                         symmetric_ar_type=symmetric_ar_type,
+                         ub_flags=(ub_overlap_ag, ub_overlap_rs, ub_overlap_rs_dgrad, ub_bulk_dgrad,
+                                   ub_bulk_wgrad))
         if parameters_split is not None:
             refuse("Linear(parameters_split=...) is not simulated")
         self.save_original_input = save_original_input
