@@ -55,6 +55,7 @@ class Config:
 PUB_1GPU = ("--preset", "gpt-1.7b", "--seq-length", "4096", "--micro-batch-size", "1",
             "--global-batch-size", "4", "--train-iters", "8", "--use-distributed-optimizer",
             "--core-attention", "sdpa")
+TE_ARGS = ("--transformer-impl", "transformer_engine", "--gradient-accumulation-fusion")
 # 2-GPU configs (TP2 and DP2, GPT 1.7B of the published table at sequence 2048), the same
 # command on the real machine and under phantom; each config runs the same command on both sides.
 COMMON = ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "2",
@@ -79,6 +80,14 @@ REAL_CONFIGS = [
     *(Config(f"pub-1.7b-1gpu-host-s{seq}", PUB_1GPU + (
         "--seq-length", str(seq), "--hidden-size", "256", "--ffn-hidden-size", "1024",
         "--num-attention-heads", "4", "--vocab-size", "4096"), nproc=1) for seq in (128, 512)),
+    # The same two with Transformer Engine's layer spec, through phantom's TE stand-in
+    # (phantom/adapters/te_standin) under phantom, and on a real GPU through the same stand-in
+    # run for real (bench/device/megatron_te_standin.sh puts it on PYTHONPATH; the lent machines
+    # have no Transformer Engine): the stand-in's own GPU work and host time, both sides.
+    Config("pub-1.7b-1gpu-te", PUB_1GPU[:-2] + TE_ARGS, nproc=1),
+    Config("pub-1.7b-1gpu-host-s512-te", PUB_1GPU[:-2] + TE_ARGS + (
+        "--seq-length", "512", "--hidden-size", "256", "--ffn-hidden-size", "1024",
+        "--num-attention-heads", "4", "--vocab-size", "4096"), nproc=1),
     # The same with Megatron-LM's default gradient-accumulation fusion; on a real GPU without
     # Apex it needs bench/device/apex_shim on PYTHONPATH (bench/device/wgrad_fusion.sh).
     Config("pub-1.7b-1gpu-gaf", PUB_1GPU + ("--gradient-accumulation-fusion",), nproc=1),
@@ -198,8 +207,9 @@ def cmd_sim(args: argparse.Namespace) -> None:
     real = json.loads(Path(args.real).read_text()) if args.real else {"results": {}}
     rows = {}
     for c in selected(args.configs):
+        te = ("--transformer-engine", "simulated") if "transformer_engine" in c.args else ()
         cmd = [sys.executable, "-m", "phantom.cli", "run", "--nproc-per-node", str(c.nproc),
-               "--gpu", args.gpu, str(SCRIPT), *c.args]
+               "--gpu", args.gpu, *te, str(SCRIPT), *c.args]
         rc, out, wall = run(cmd, args.timeout, ENV)
         rows[c.name] = dict(args=list(c.args), rc=rc, wall_s=round(wall, 1), **parse(out),
                             tail=out[-1500:] if rc else "")

@@ -83,7 +83,8 @@ def node_call(site: str, node_ns: float) -> Callable[[Callable], Callable]:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
             now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
-            if not simulated_thread():
+            # no simulation: a simulated module run for real on a GPU (bench/device), as is
+            if _SIM is None or not simulated_thread():
                 return fn(*args, **kwargs)
             sim = _sim()
             sim.api_enter(site, now)
