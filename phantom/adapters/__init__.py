@@ -131,11 +131,7 @@ class _AdapterFinder(importlib.abc.MetaPathFinder):
         factory = self._simulated.get(fullname)
         if patch is None and around is None and factory is None:
             return None
-        sys.meta_path.remove(self)  # find the real spec without recursing into ourselves
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
+        spec = self._real_spec(fullname)
         if spec is None and factory is not None:
             return importlib.util.spec_from_loader(fullname, _SimulatedModuleLoader(factory))
         if spec is None or spec.loader is None or (patch is None and around is None):
@@ -148,14 +144,17 @@ class _AdapterFinder(importlib.abc.MetaPathFinder):
         submodules are then found through its __path__, inside the simulated one)."""
         if fullname == "transformer_engine" and os.environ.get(SIMULATED_TE_ENV) != "simulated":
             return None
-        sys.meta_path.remove(self)
-        try:
-            spec = importlib.util.find_spec(fullname)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is not None:
+        if self._real_spec(fullname) is not None:
             return None  # the real one
         return importlib.machinery.PathFinder.find_spec(fullname, [str(SIMULATED_PACKAGES[fullname])])
+
+    def _real_spec(self, fullname: str):
+        """The spec the other finders give `fullname`, without recursing into this one."""
+        sys.meta_path.remove(self)
+        try:
+            return importlib.util.find_spec(fullname)
+        finally:
+            sys.meta_path.insert(0, self)
 
 
 def install(patches: dict[str, str] | None = None, around: dict[str, str] | None = None,

@@ -90,7 +90,7 @@ def patch_moe_utils(module: ModuleType) -> None:
 
 # -- Apex's gradient-accumulation fusion ------------------------------------------------------
 
-def _wgrad_gemm_accum(input: torch.Tensor, d_output: torch.Tensor, d_weight: torch.Tensor) -> None:
+def wgrad_gemm_accum(input: torch.Tensor, d_output: torch.Tensor, d_weight: torch.Tensor) -> None:
     """apex csrc/megatron/fused_weight_gradient_dense.cpp `wgrad_gemm_accum_fp32/fp16(input,
     d_output, d_weight)`: d_weight += d_output^T @ input, one cuBLAS GEMM with beta = 1 whose C
     is `d_weight` itself (fp32 for the fp32 variant, the inputs' dtype for the fp16 one).
@@ -127,7 +127,7 @@ def wgrad_accumulation_extension() -> ModuleType:
     # phantom spends answering them is its own time (node_call), the node pays the call.
     for name in ("wgrad_gemm_accum_fp32", "wgrad_gemm_accum_fp16"):
         site = f"fused_weight_gradient_mlp_cuda.{name}"
-        setattr(module, name, node_call(site, APEX_WGRAD_CALL_NS)(_wgrad_gemm_accum))
+        setattr(module, name, node_call(site, APEX_WGRAD_CALL_NS)(wgrad_gemm_accum))
     return module
 
 

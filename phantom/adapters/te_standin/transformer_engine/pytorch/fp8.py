@@ -9,10 +9,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
-_FP8_REFUSED = (
-    "phantom: FP8 execution under Transformer Engine is not simulated (phantom's simulated "
-    "TE runs its modules in bf16/fp16, README 'Megatron-Core'); run without --fp8 / "
-    "fp8_autocast(enabled=True).")
 
 
 class FP8GlobalStateManager:
@@ -69,9 +65,10 @@ class FP8GlobalStateManager:
 
 def check_fp8_enabled(enabled: bool) -> None:
     if enabled:
-        from phantom.interception.mode import SimulationError
+        from transformer_engine.pytorch.module.base import refuse
 
-        raise SimulationError(_FP8_REFUSED)
+        refuse("FP8 execution is not simulated (its modules run in bf16/fp16); run without "
+               "--fp8 / fp8_autocast(enabled=True)")
 
 
 @contextlib.contextmanager

@@ -13,12 +13,12 @@ from typing import Any, Callable
 
 import torch
 
+from phantom.adapters.megatron import wgrad_gemm_accum
 from transformer_engine.pytorch.module.base import (
     TransformerEngineBaseModule,
     get_dummy_wgrad,
     refuse,
 )
-from transformer_engine.pytorch.module.linear import _wgrad_into_main_grad
 
 
 class _GroupedLinearFunction(torch.autograd.Function):
@@ -53,7 +53,7 @@ class _GroupedLinearFunction(torch.autograd.Function):
                 wgrads.append(None)
             elif fuse and getattr(w, "main_grad", None) is not None:
                 if gi.shape[0]:
-                    _wgrad_into_main_grad(xi, gi, w.main_grad)
+                    wgrad_gemm_accum(xi, gi, w.main_grad)
                 if hasattr(w, "grad_added_to_main_grad"):
                     w.grad_added_to_main_grad = True
                     wgrads.append(get_dummy_wgrad(list(w.shape), w.dtype))

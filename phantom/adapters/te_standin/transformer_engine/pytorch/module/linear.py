@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import torch
 
+from phantom.adapters.megatron import wgrad_gemm_accum  # Apex's: the same one GEMM, beta = 1
 from transformer_engine.pytorch.module.base import (
     TransformerEngineBaseModule,
     allreduce,
@@ -30,16 +31,6 @@ from transformer_engine.pytorch.module.base import (
     refuse,
     set_tensor_model_parallel_attributes,
 )
-
-
-def _wgrad_into_main_grad(total_input: torch.Tensor, grad_output: torch.Tensor,
-                          main_grad: torch.Tensor) -> None:
-    """main_grad += grad_output^T @ input: one GEMM whose C is the fp32 main_grad."""
-    if main_grad.dtype == total_input.dtype:
-        main_grad.addmm_(grad_output.t(), total_input)
-    else:
-        torch.addmm(main_grad, grad_output.t(), total_input, out_dtype=main_grad.dtype,
-                    out=main_grad)
 
 
 class _LinearFunction(torch.autograd.Function):
@@ -87,7 +78,7 @@ class _LinearFunction(torch.autograd.Function):
         wgrad = bgrad = None
         if need_wgrad:
             if ctx.main_grad is not None:
-                _wgrad_into_main_grad(total, g, ctx.main_grad)
+                wgrad_gemm_accum(total, g, ctx.main_grad)
                 if hasattr(weight, "grad_added_to_main_grad"):
                     weight.grad_added_to_main_grad = True
                     wgrad = get_dummy_wgrad(list(weight.shape), weight.dtype,
