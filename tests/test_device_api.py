@@ -529,6 +529,74 @@ def test_module_conversion_keeps_parameter_attributes(run_script):
     assert v["converted"] == "True torch.bfloat16"
 
 
+def test_moving_a_cpu_model_keeps_its_parameters_and_their_ties(run_script):
+    # On a GPU `model.cuda()` keeps every parameter object, so an optimizer built before the
+    # move (accelerate's `prepare` order) steps the model's parameters, and a weight two
+    # modules share stays one. torch puts new objects in the module for a CPU -> fake move.
+    proc, _ = run_script(
+        """
+        import torch, torch.nn as nn
+        m = nn.ModuleDict({"emb": nn.Embedding(1000, 64), "head": nn.Linear(64, 1000, bias=False)})
+        m["head"].weight = m["emb"].weight
+        opt = torch.optim.AdamW(m.parameters())
+        ids = [id(p) for p in m.parameters()]
+        m.cuda()
+        print("same=", ids == [id(p) for p in m.parameters()], m["head"].weight is m["emb"].weight)
+        print("mib=", torch.cuda.memory_allocated() / 2**20)
+        m["head"](m["emb"](torch.arange(8, device="cuda"))).sum().backward()
+        opt.step()
+        print("state=", len(opt.state), opt.param_groups[0]["params"][0].device)
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["same"] == "True True"
+    assert float(v["mib"]) == 1000 * 64 * 4 / 2**20  # one copy of the tied weight
+    assert v["state"] == "1 cuda:0"
+
+
+def test_torch_save_and_load_checkpoints_and_cpu_data(run_script, tmp_path):
+    # torch.load sees phantom's fake mode and would read every storage as meta; CPU data
+    # must come back with its values, GPU tensors as fake CUDA tensors sharing storages.
+    proc, _ = run_script(
+        f"""
+        import os, torch, torch.nn as nn
+        d = {str(tmp_path)!r}
+        torch.save({{"ids": torch.arange(6)}}, os.path.join(d, "data.pt"))
+        data = torch.load(os.path.join(d, "data.pt"))
+        print("cpu=", data["ids"].device, data["ids"].tolist())
+        model = nn.Linear(256, 256, device="cuda")
+        opt = torch.optim.AdamW(model.parameters())
+        model(torch.randn(4, 256, device="cuda")).sum().backward(); opt.step()
+        base = torch.zeros(4, 8, device="cuda")
+        torch.save({{"model": model.state_dict(), "opt": opt.state_dict(), "views": [base, base[1]]}},
+                   os.path.join(d, "ckpt.pt"))
+        before = torch.cuda.memory_allocated()
+        ck = torch.load(os.path.join(d, "ckpt.pt"))
+        w = ck["model"]["weight"]
+        print("gpu=", type(w).__name__, w.device, tuple(w.shape), (torch.cuda.memory_allocated() - before) > 0)
+        v0, v1 = ck["views"]
+        print("shared=", v0.untyped_storage().data_ptr() == v1.untyped_storage().data_ptr(), tuple(v1.shape))
+        step = ck["opt"]["state"][0]["step"]
+        print("step=", step.device)
+        on_cpu = torch.load(os.path.join(d, "ckpt.pt"), map_location="cpu")
+        print("mapped=", on_cpu["model"]["weight"].device, type(on_cpu["model"]["weight"]).__name__)
+        model.load_state_dict(ck["model"]); opt.load_state_dict(ck["opt"])
+        print("loaded= ok")
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["cpu"] == "cpu [0, 1, 2, 3, 4, 5]"
+    assert v["gpu"] == "FakeTensor cuda:0 (256, 256) True"
+    assert v["shared"] == "True (8,)"
+    assert v["step"] == "cpu"
+    assert v["mapped"] == "cpu Tensor"
+    assert v["loaded"] == "ok"
+
+
 def test_streams_and_events_order_work(run_script):
     proc, _ = run_script(
         """

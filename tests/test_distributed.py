@@ -62,6 +62,12 @@ sub = dist.new_group([0, 1])
 dist.all_reduce(torch.ones(8, device="cuda"), group=sub)
 objs = [None, None]
 dist.all_gather_object(objs, {"rank": rank})
+# objects of different sizes: every rank's bytes are resized to the largest
+sized = [None, None]
+dist.all_gather_object(sized, "x" * (10 + 100 * rank))
+gathered = [None, None] if rank == 0 else None
+dist.gather_object("y" * (5 + 50 * rank), gathered, dst=0)
+assert [len(o) for o in sized] == [10, 110] and (rank == 1 or [len(o) for o in gathered] == [5, 55])
 b = [f"from{rank}"]
 dist.broadcast_object_list(b, src=1)
 t = torch.tensor([rank + 1.0])

@@ -743,7 +743,9 @@ def _real_payloads_for_object_collectives(c10d) -> None:
         buffer = io.BytesIO()
         with unset_fake_temporarily():  # real CPU tensors in `obj` keep their bytes
             _FakeTensorPickler(buffer).dump(obj)
-            data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).to(device)
+            # cloned: a tensor over a bytearray cannot be resized, and all_gather_object /
+            # gather_object resize every rank's bytes to the largest rank's size
+            data = torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).clone().to(device)
             return data, torch.tensor([data.numel()], dtype=torch.long).to(device)
 
     def tensor_to_object(tensor, tensor_size, group, *rest, **kwargs):

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def install(sim: "Simulation"):
     """Install every interception layer and enter the fake mode; returns the mode."""
-    from phantom.interception import attention, clock, cuda_api, data_reads, patches
+    from phantom.interception import attention, clock, cuda_api, data_reads, patches, serialization
     from phantom.interception.mode import PhantomMode, disable_fake_tensor_torch_function
 
     # Constructing the mode imports torch._dynamo, which builds a map of torch's functions
@@ -23,6 +23,7 @@ def install(sim: "Simulation"):
     mode = PhantomMode(sim)
     cuda_api.install(sim)
     patches.install(sim)
+    serialization.install()
     data_reads.install_hint_sources()
     attention.install()
     from phantom import adapters

@@ -49,24 +49,36 @@ def _patch_swap_tensors() -> None:
 
 def _patch_module_apply() -> None:
     """`Module._apply` (behind `.to()`, `.cuda()`, `.bfloat16()`, `.half()`, `.float()`)
-    converts a FakeTensor parameter by swapping it with a new Parameter
-    (`torch.utils.swap_tensors`, torch's branch for fake tensors), which swaps the Python
-    attributes too: what a framework had set on the parameter was lost. On a GPU the same call
-    assigns `param.data` and the parameter keeps them. Megatron marks expert weights
-    `allreduce=False` (their gradients and distributed-optimizer state then belong to the
-    expert data-parallel group) and sequence-parallel norm weights `sequence_parallel=True`
-    before `Float16Module` converts the model; without them a Mixtral EP2 rank sharded its
-    experts' optimizer state over the dense data-parallel group (20 GiB under the real peak).
-    A CPU parameter moved to the fake device is replaced by a new Parameter object (on a GPU
-    it would keep its identity): the same. The attributes the parameter had and its
-    replacement lacks are put back."""
+    must leave a module's parameters the same Python objects, with their attributes, as it
+    does on a GPU, where it assigns `param.data`.
+
+    - A CPU parameter moved to the fake device: torch sees two tensor types that cannot share
+      a `.data` (`_has_compatible_shallow_copy_type`) and puts a new Parameter in the module.
+      An optimizer built before `model.cuda()` (accelerate's `prepare` order) then kept the
+      old CPU parameters: it never stepped the model's, silently (no state, no kernels). And
+      a weight two modules share (tied embeddings) became two. The old object takes the new
+      one's contents instead (`torch.utils.swap_tensors`), and goes back into the module.
+    - A fake parameter converted again is swapped with a new Parameter by torch's own branch
+      for fake tensors, which swaps the Python attributes too. Megatron marks expert weights
+      `allreduce=False` and sequence-parallel norm weights `sequence_parallel=True` before
+      `Float16Module` converts the model; without them a Mixtral EP2 rank sharded its
+      experts' optimizer state over the dense data-parallel group (20 GiB under the real
+      peak). The attributes the parameter had and its replacement lacks are put back."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
     real_apply = torch.nn.Module._apply
 
     @functools.wraps(real_apply)
     def _apply(self, fn, *args, **kwargs):
-        kept = {key: p.__dict__.copy() for key, p in self._parameters.items()
-                if p is not None and p.__dict__}
+        before = dict(self._parameters)
+        kept = {key: p.__dict__.copy() for key, p in before.items() if p is not None and p.__dict__}
         out = real_apply(self, fn, *args, **kwargs)
+        for key, old in before.items():
+            new = self._parameters.get(key)
+            if old is None or new is None or new is old:
+                continue
+            if isinstance(new, FakeTensor) and not isinstance(old, FakeTensor):
+                _keep_identity(self, key, old, new)
         for key, attrs in kept.items():
             param = self._parameters.get(key)
             if param is not None:
@@ -75,6 +87,18 @@ def _patch_module_apply() -> None:
         return out
 
     torch.nn.Module._apply = _apply
+
+
+def _keep_identity(module: torch.nn.Module, key: str, old: torch.nn.Parameter,
+                   new: torch.nn.Parameter) -> None:
+    """Make `old` (a CPU parameter `Module._apply` replaced) hold `new`'s fake tensor and put
+    it back in `module`, as a GPU keeps the object; if torch refuses the swap (other tensors
+    hold the old one's implementation: views, autograd nodes), the module keeps `new`."""
+    try:
+        torch.utils.swap_tensors(old, new)
+    except RuntimeError:
+        return
+    module._parameters[key] = old
 
 
 def _patch_tensor_data_setter() -> None:
