@@ -182,11 +182,16 @@ def test_memory_api_follows_the_caching_allocator(run_script):
         free, total = torch.cuda.mem_get_info()
         print("free_frac=", free / total)
         print("stats_peak=", torch.cuda.memory_stats()["allocated_bytes.all.peak"])
+        # torch's own table over the simulated stats; its totals are the script's alone
+        table = torch.cuda.memory_summary().splitlines()
+        row = next(line for line in table if line.startswith("| Allocations "))
+        print("summary_allocs=", row.split("|")[4].strip())  # "Tot Alloc"
         """,
         "--quiet",
     )
     assert proc.returncode == 0, proc.stderr
     v = {k: float(x) for k, x in _values(proc.stdout).items()}
+    assert v.pop("summary_allocs") == 1  # the one GiB tensor, not phantom's start-up work
     gib = 1024**3
     assert v["alloc1"] == gib and v["alloc_view"] == gib and v["alloc_freed"] == 0
     assert v["reserved_cached"] == gib and v["peak"] == gib and v["peak_reset"] == 0

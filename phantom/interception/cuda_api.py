@@ -356,14 +356,13 @@ def _memory_api() -> dict[str, Any]:
     def mem_get_info(device: Any = None) -> tuple[int, int]:
         return _sim().allocator.mem_get_info()
 
+    # torch's own table, over the simulated allocator's stats: its formatter reads
+    # `memory_stats` from torch.cuda.memory's namespace, which is replaced below
+    torch_summary = torch.cuda.memory.memory_summary
+    torch_summary = getattr(torch_summary, "__wrapped__", torch_summary)
+
     def memory_summary(device: Any = None, abbreviated: bool = False) -> str:
-        a = _sim().allocator
-        gib = 1024**3
-        return (
-            "|  phantom simulated CUDA caching allocator\n"
-            f"|  Allocated memory: {a.allocated_bytes / gib:.2f} GiB (peak {a.max_allocated_bytes / gib:.2f} GiB)\n"
-            f"|  Reserved memory:  {a.reserved_bytes / gib:.2f} GiB (peak {a.max_reserved_bytes / gib:.2f} GiB)\n"
-        )
+        return torch_summary(device, abbreviated)
 
     def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
         _sim().set_memory_fraction(fraction)

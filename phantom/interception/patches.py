@@ -124,7 +124,14 @@ def _patch_tensor_data_setter() -> None:
                 new = torch.nn.Parameter(value, requires_grad=self.requires_grad)
             else:
                 new = value.detach().requires_grad_(self.requires_grad)
-            torch.utils.swap_tensors(self, new)
+            try:
+                torch.utils.swap_tensors(self, new)
+            except RuntimeError:
+                swapped = False
+            else:
+                swapped = True
+            if not swapped:
+                _data_across_viewed_tensor(self)  # raises (outside the except: one traceback)
             for name, attr in attrs.items():
                 self.__dict__.setdefault(name, attr)
             return
@@ -373,6 +380,27 @@ def _register_fused_cuda_kernels() -> None:
 
         lib.impl(name, unreachable, "CUDA")
     _FUSED_KERNELS.append(lib)
+def _data_across_viewed_tensor(tensor: torch.Tensor) -> None:
+    """`tensor.data = x` across the simulated device, where other tensors hold `tensor`
+    (views of it, autograd nodes), so it cannot be swapped and a real CPU tensor and a
+    simulated one cannot trade places. FSDP1 moves its flat parameter, which the module's
+    parameters view, this way (torch/distributed/fsdp/_flat_param.py: `FlatParamHandle.to_cpu`
+    for a state dict with `offload_to_cpu=True`, the flat parameter's moves for
+    `CPUOffload(offload_params=True)`, and a CPU model wrapped without `device_id`). Keeping
+    the tensor where it was breaks FSDP's own checks of where its storage is (tried), so the
+    run stops with what to change."""
+    from phantom.interception.mode import SimulationError
+
+    where = "the simulated GPU to the CPU" if tensor.is_cuda else "the CPU to the simulated GPU"
+    raise SimulationError(
+        f"phantom: `tensor.data = ...` moving a tensor that other tensors view from {where} "
+        "cannot be simulated. FSDP1 does this for a FULL_STATE_DICT with "
+        "FullStateDictConfig(offload_to_cpu=True) (use offload_to_cpu=False, or FSDP2 with "
+        "torch.distributed.checkpoint), for CPUOffload(offload_params=True) (parameter "
+        "offloading is not simulated), and for a CPU model wrapped without device_id (pass "
+        "device_id=torch.cuda.current_device()).")
+
+
 def _patch_optimizer_defaults() -> None:
     """torch.optim picks its default implementation (foreach on CUDA, else the for-loop) in
     `_default_to_fused_or_foreach`, which requires `type(p)` to be exactly Tensor or
