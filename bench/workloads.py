@@ -13,6 +13,14 @@ is taken with the kernel database as shipped before these workloads were ever ru
 how phantom does on models it was not built around; a `record` + `phantom profile` round can
 add their kernels afterwards (and the table then says which rows were measured).
 
+`--set patterns` runs common training patterns instead (bench/patterns/: fp16 with a
+GradScaler and a tied model moved to the GPU after its optimizer was built, DDP with no_sync
+accumulation, FSDP1, tensor + sequence parallelism with loss_parallel, pipelining), most on two
+GPUs (torchrun on the GPU host, `--nproc-per-node 2` under phantom):
+
+    python bench/workloads.py real --set patterns --out real.json          # 2-GPU host
+    python bench/workloads.py sim --real real.json --out sim               # the set is in real.json
+
 Each workload runs unchanged under `python` (real; one GPU, no launcher) and under
 `phantom run --gpu <the real run's GPU>`, with the same arguments; both sides print the
 script's own `summary:` line (median step time after the warm-up, peak allocated memory).
@@ -51,20 +59,48 @@ WORKLOADS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def _selected(only: str) -> list[str]:
-    names = only.split(",") if only else list(WORKLOADS)
-    unknown = [n for n in names if n not in WORKLOADS]
+# Common training patterns, out of sample (Session 32): plain-torch scripts in bench/patterns/
+# written after a robustness sweep found them broken or untested under phantom. name ->
+# (script, arguments, GPUs); two GPUs run under torchrun on the GPU host and with
+# `--nproc-per-node 2` under phantom.
+PATTERNS: dict[str, tuple[str, list[str], int]] = {
+    "amp-fp16-tied": ("bench/patterns/amp_fp16.py", [], 1),
+    "ddp-accum4": ("bench/patterns/ddp_accum.py", [], 2),
+    "fsdp1-full": ("bench/patterns/fsdp1.py", ["--strategy", "FULL_SHARD"], 2),
+    "fsdp1-grad-op-ac": ("bench/patterns/fsdp1.py", ["--strategy", "SHARD_GRAD_OP", "--ac", "--batch", "8"], 2),
+    "tp-sp-loss-parallel": ("bench/patterns/tp_loss_parallel.py", [], 2),
+    "pp-1f1b": ("bench/patterns/pipeline.py", ["--schedule", "1F1B"], 2),
+    "pp-interleaved": ("bench/patterns/pipeline.py", ["--schedule", "Interleaved1F1B", "--microbatches", "4"], 2),
+}
+
+
+def _registry(name: str) -> dict[str, tuple[str, list[str], int]]:
+    return {n: (*v, 1) for n, v in WORKLOADS.items()} if name == "workloads" else PATTERNS
+
+
+def _selected(only: str, registry: dict) -> list[str]:
+    names = only.split(",") if only else list(registry)
+    unknown = [n for n in names if n not in registry]
     if unknown:
-        sys.exit(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(WORKLOADS)}")
+        sys.exit(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(registry)}")
     return names
 
 
+def _launch(script: str, gpus: int) -> list[str]:
+    """The real side's command: plain python for one GPU, torchrun for several."""
+    if gpus == 1:
+        return [sys.executable, str(REPO / script)]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+            str(REPO / script)]
+
+
 def real(args: argparse.Namespace) -> int:
-    results = {"meta": _host_info(), "runs": []}
-    for name in _selected(args.only):
-        script, sargs = WORKLOADS[name]
+    results = {"meta": _host_info(), "set": args.set, "runs": []}
+    registry = _registry(args.set)
+    for name in _selected(args.only, registry):
+        script, sargs, gpus = registry[name]
         t0 = time.time()
-        proc = subprocess.run([sys.executable, str(REPO / script), *sargs], capture_output=True, text=True,
+        proc = subprocess.run([*_launch(script, gpus), *sargs], capture_output=True, text=True,
                               env=_env(), timeout=args.timeout, cwd=REPO)
         summary = parse_summary(proc.stdout)
         results["runs"].append({"workload": name, "args": sargs, "rc": proc.returncode, "summary": summary,
@@ -87,16 +123,17 @@ def sim(args: argparse.Namespace) -> int:
     real_data = json.loads(Path(args.real).read_text())
     meta = real_data["meta"]
     gpu = _gpu_preset(meta["gpu"])
+    registry = _registry(real_data.get("set", "workloads"))
     rows, errs_t, errs_m, results = [], [], [], []
     for run in real_data["runs"]:
         name = run["workload"]
         if (args.only and name not in args.only.split(",")) or not run["summary"]:
             continue
-        script, sargs = WORKLOADS[name]
+        script, sargs, gpus = registry[name]
         assert sargs == run["args"], f"{name}: the real run used {run['args']}, this script {sargs}"
         report = Path(f"{args.out}.{name}.report.json")
-        cmd = [*_phantom(), "run", "--quiet", "--gpu", gpu, "--report", str(report), *args.phantom_args,
-               str(REPO / script), *sargs]
+        cmd = [*_phantom(), "run", "--quiet", "--gpu", gpu, "--nproc-per-node", str(gpus), "--report",
+               str(report), *args.phantom_args, str(REPO / script), *sargs]
         t0 = time.time()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
         wall = time.time() - t0
@@ -121,7 +158,7 @@ def sim(args: argparse.Namespace) -> int:
     if not rows:
         sys.exit("no workload to simulate")
     table = [
-        f"Real: 1 x {meta['gpu']}, driver {meta['driver']}, torch {meta['torch']} (CUDA {meta['cuda']}), "
+        f"Real: {meta['gpu']}, driver {meta['driver']}, torch {meta['torch']} (CUDA {meta['cuda']}), "
         f"{meta['date'][:10]} (`{args.real}`). Simulated: `phantom run --gpu {gpu}"
         f"{' ' + ' '.join(args.phantom_args) if args.phantom_args else ''}`, {datetime.date.today().isoformat()}, "
         f"{_torch_version()}.",
@@ -143,7 +180,7 @@ def sim(args: argparse.Namespace) -> int:
 def record(args: argparse.Namespace) -> int:
     """Op signatures of each workload (3 steps), for `phantom profile --from-records`."""
     Path(args.out_dir).mkdir(parents=True, exist_ok=True)
-    for name in _selected(args.only):
+    for name in _selected(args.only, WORKLOADS):
         script, sargs = WORKLOADS[name]
         short = list(sargs)
         short[short.index("--steps") + 1] = "3"
@@ -164,6 +201,8 @@ def main() -> int:
     r.add_argument("--out", required=True)
     r.add_argument("--only", default="", help="comma-separated workload names (default: all)")
     r.add_argument("--timeout", type=int, default=300)
+    r.add_argument("--set", choices=["workloads", "patterns"], default="workloads",
+                   help="the one-GPU ecosystem workloads, or the training patterns (1-2 GPUs)")
     s = sub.add_parser("sim")
     s.add_argument("--real", required=True)
     s.add_argument("--out", required=True, help="path prefix: writes <out>.md and <out>.json")
