@@ -15,7 +15,8 @@ not pickle).
   (`serialization.skip_data(materialize_fake_tensors=True)`): each fake storage is a record
   of its real size, left unwritten, and loads back onto its device. An object with no fake
   tensor is saved as torch saves it. In one that has both, torch's context also leaves the
-  real CPU storages unwritten: their values load back as zeros (README, "Data reads").
+  real CPU storages unwritten: their values load back as zeros (README, "Checkpoints and
+  data files").
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from typing import Any
 
 import torch
 
-_state = threading.local()  # the load in progress on this thread: {storage cdata: device}
+# Per thread: `load`, the torch.load in progress (a _Load); `saving`, inside torch.save.
+_state = threading.local()
 
 
 def install() -> None:
