@@ -160,6 +160,7 @@ class Simulation:
         self.iterations: list[Iteration] = []
         self.ops_intercepted = 0
         self.data_reads = 0
+        self.first_data_read: str | None = None  # where the script first read a device value
         self._storages: dict[int, list] = {}  # live storage key -> [block, recorder's record or None]
         self._streams = _StreamState()
         # (thread, stream) -> [workspace block, recorder's record or None] (_gemm_workspace)
@@ -622,6 +623,8 @@ class Simulation:
         full speed), else into pageable memory through a staging buffer."""
         self._end_fused_kernel(None)  # a read inside a compiled function waits for its kernel
         self.data_reads += 1
+        if self.first_data_read is None:  # named in the summary: a placeholder may steer the loop
+            self.first_data_read = data_reads.user_frame_summary()
         if self.options.on_data_read == "error":
             data_reads.raise_data_read(what)
         stream_id = self._current_stream_id()
@@ -1193,6 +1196,7 @@ class Simulation:
         self.releases, self._release_credit = 0, 0.0
         self.api_calls, self.api_host_ns = 0, 0.0
         self.user_host_ns, self.dispatch_entries, self.wake_ups = 0.0, 0, 0
+        self.data_reads, self.first_data_read = 0, None
         self.first_op_wall_ns = None
         self.clear_cublas_workspaces()
         self.allocator.empty_cache()

@@ -333,6 +333,9 @@ def test_data_reads_return_documented_placeholders(run_script):
     assert v["cpu"] == "torch.Size([16]) cpu" and v["tolist"] == "[0.0, 0.0]"
     assert v["scale"] == "1024.0"
     assert report["simulation"]["data_reads"] >= 6
+    # the summary names where the first read was: a placeholder may have steered the script
+    assert 'print("float=", x.sum().item())' in report["simulation"]["first_data_read"]
+    assert "device values read (first at " in proc.stderr and "script.py:4:" in proc.stderr
 
 
 def test_in_place_arithmetic_keeps_known_values(run_script):

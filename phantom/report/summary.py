@@ -6,6 +6,7 @@ fields freely, but rename or remove only with a new version.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
@@ -88,6 +89,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
         "simulation": {
             "ops_intercepted": sim.ops_intercepted,
             "data_reads": sim.data_reads,
+            "first_data_read": sim.first_data_read,
             "wall_seconds": wall_seconds,
             "setup_wall_seconds": setup_s,
             # Interception throughput, from the first simulated op on (excludes imports).
@@ -180,10 +182,26 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         f"as the simulated node's host at its typical speed ({sim['host_speed_source']})"
         + (f"; host time x{sim['rank_pace']:.3f}, the slowest rank's pace" if sim.get("rank_pace", 1.0) > 1.0 else ""),
     ]
+    reads = _data_read_line(sim)
+    if reads:
+        lines.append(reads)
     caution = _host_caution(report)
     if caution:
         lines.append(caution)
     print("\n".join(lines), file=file, flush=True)
+
+
+def _data_read_line(sim: dict[str, Any]) -> str | None:
+    """How many device values the script read, and where first: values phantom does not know
+    are placeholders, and a loop that stops on one (early stopping on a loss) stops here."""
+    if not sim.get("data_reads"):
+        return None
+    n = sim["data_reads"]
+    site = sim.get("first_data_read") or ""
+    found = re.match(r'File "(.*)", line (\d+), in .*\n\s*(.*)', site)
+    first = f"{found[1]}:{found[2]}: {found[3].strip()}" if found else " ".join(site.split())
+    return (f"  data reads         {n:,} device value{'s' if n != 1 else ''} read (first at {first}); "
+            "values phantom does not know read as placeholders (README, 'Data-dependent reads')")
 
 
 # Below this GPU-busy share a step is set by host time, which is measured on this machine.
