@@ -18,10 +18,11 @@ so control flow that depends on tensor values can be found.
 """
 from __future__ import annotations
 
-import traceback
+import linecache
 from typing import Any
 
 import operator
+import sys
 
 import torch
 
@@ -258,12 +259,29 @@ def placeholder_cpu_tensor(t: torch.Tensor, dtype: torch.dtype | None = None,
 
 def user_frame_summary() -> str:
     """The innermost stack frame outside torch and phantom: where the user's code read."""
-    for frame in reversed(traceback.extract_stack()):
-        path = frame.filename
-        if "/torch/" in path or "/phantom/" in path or path.startswith("<"):
-            continue
-        return f'File "{path}", line {frame.lineno}, in {frame.name}\n    {frame.line}'
+    frame = sys._getframe(1)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if not ("/torch/" in path or "/phantom/" in path or path.startswith("<")):
+            return f'File "{path}", line {frame.f_lineno}, in {frame.f_code.co_name}\n    {_statement(frame)}'
+        frame = frame.f_back
     return "(no user frame found)"
+
+
+def _statement(frame, max_lines: int = 4) -> str:
+    """The source of the expression `frame` is executing (a call spread over several lines
+    too: its instruction's positions), joined on one line."""
+    first = last = frame.f_lineno
+    try:
+        start, end, _, _ = list(frame.f_code.co_positions())[frame.f_lasti // 2]
+        if start is not None and end is not None and start <= first <= end:
+            first, last = start, end
+    except (AttributeError, IndexError, ValueError):
+        pass  # Python before 3.11: the current line
+    lines = [linecache.getline(frame.f_code.co_filename, n).strip()
+             for n in range(first, min(last, first + max_lines - 1) + 1)]
+    text = " ".join(line for line in lines if line)
+    return text + (" ..." if last >= first + max_lines else "")
 
 
 def raise_data_read(what: str) -> None:
