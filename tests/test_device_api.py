@@ -605,6 +605,24 @@ def test_torch_save_and_load_checkpoints_and_cpu_data(run_script, tmp_path):
     assert v["loaded"] == "ok"
 
 
+def test_tensor_from_data_on_the_device_inside_a_backward_hook(run_script):
+    # autograd's device thread lacked FakeTensorMode's thread-local "lift only CPU tensors"
+    # flag: torch.tensor(data, device="cuda") there (a DDP comm hook) tried a real CUDA kernel
+    proc, _ = run_script(
+        """
+        import torch
+        x = torch.randn(4, device="cuda", requires_grad=True)
+        made = []
+        x.register_hook(lambda g: made.append(torch.tensor([1.0, 2.0], device="cuda")) or g)
+        (x * 2).sum().backward()
+        print("made=", made[0].device, tuple(made[0].shape))
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert _values(proc.stdout)["made"] == "cuda:0 (2,)"
+
+
 def test_streams_and_events_order_work(run_script):
     proc, _ = run_script(
         """

@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -54,6 +55,18 @@ def _ops_of(namespace: str) -> frozenset:
 
 # Collectives are not shape computations: they go to phantom.distributed.ops.
 _COLLECTIVE_OPS = _ops_of("_c10d_functional") | _ops_of("c10d")
+
+
+class _ThreadState(threading.local):
+    # FakeTensorMode.__enter__ sets torch's thread-local "lift only CPU tensors" flag
+    # (torch._C._set_only_lift_cpu_tensors) on the thread that entered it. Autograd's device
+    # thread runs the backward's ops and hooks under this mode but without the flag, and
+    # there `torch.tensor(data, device="cuda")` (a DDP comm hook, a framework's gradient
+    # hook) built a real CUDA tensor, which a CPU build cannot: set on each thread's first op.
+    lifts_cpu_only = False
+
+
+_thread = _ThreadState()
 
 
 class SimulationError(RuntimeError):
@@ -151,6 +164,9 @@ class PhantomMode(FakeTensorMode):
             _set_eval_frame(hook)
 
     def _dispatch_op(self, func, types, args, kwargs):
+        if not _thread.lifts_cpu_only:
+            torch._C._set_only_lift_cpu_tensors(True)
+            _thread.lifts_cpu_only = True
         kwargs = kwargs or {}
         sim = self.sim
         if self._depth:
