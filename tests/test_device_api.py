@@ -623,6 +623,36 @@ def test_tensor_from_data_on_the_device_inside_a_backward_hook(run_script):
     assert _values(proc.stdout)["made"] == "cuda:0 (2,)"
 
 
+def test_inference_mode_copies_reads_and_known_stopping_conditions(run_script):
+    # Under inference_mode `.to()` / `.item()` reach the mode undecomposed: a CPU batch moved to
+    # the device failed as a real CUDA kernel. And Hugging Face's generate() stops on
+    # `unfinished & ~(length_reached | unknown_eos)` being all False: known through and/or.
+    proc, _ = run_script(
+        """
+        import torch
+        with torch.inference_mode():
+            x = torch.randn(4, 8).cuda(non_blocking=True)
+            y = torch.tensor([1.0, 2.0], device="cuda")
+            print("moved=", type(x).__name__, x.device, y.device)
+            print("read=", torch.ones(3, device="cuda").sum().item())
+        unfinished = torch.ones(4, dtype=torch.long, device="cuda")
+        eos = torch.isin(torch.randint(0, 9, (4,), device="cuda"), torch.tensor([2], device="cuda"))
+        for length in range(100):
+            done = torch.full((4,), length >= 5, dtype=torch.bool, device="cuda") | eos
+            unfinished = unfinished & ~done
+            if unfinished.max() == 0:
+                break
+        print("stopped=", length)
+        """,
+        "--quiet",
+    )
+    assert proc.returncode == 0, proc.stderr
+    v = _values(proc.stdout)
+    assert v["moved"] == "FakeTensor cuda:0 cuda:0"
+    assert v["read"] == "3.0"
+    assert v["stopped"] == "5"
+
+
 def test_streams_and_events_order_work(run_script):
     proc, _ = run_script(
         """

@@ -61,8 +61,23 @@ _HINT_PASSTHROUGH = {
     aten.any.dims, aten.view.default, aten.clone.default, aten._to_copy.default,
     aten.squeeze.default, aten.squeeze.dim, aten.reshape.default, aten.detach.default,
     aten.alias.default, aten.select.int, aten.expand.default, aten.lift_fresh.default,
-    aten._unsafe_view.default, aten.sum.default,
+    aten._unsafe_view.default,
+    # a reduction of a uniform tensor to one of its elements
+    aten.max.default, aten.min.default, aten.amax.default, aten.amin.default, aten.mean.default,
 }
+# Comparisons of uniform tensors (or Python scalars) are uniform.
+_COMPARISONS = {
+    aten.eq.Scalar: operator.eq, aten.eq.Tensor: operator.eq, aten.ne.Scalar: operator.ne,
+    aten.ne.Tensor: operator.ne, aten.lt.Scalar: operator.lt, aten.lt.Tensor: operator.lt,
+    aten.le.Scalar: operator.le, aten.le.Tensor: operator.le, aten.gt.Scalar: operator.gt,
+    aten.gt.Tensor: operator.gt, aten.ge.Scalar: operator.ge, aten.ge.Tensor: operator.ge,
+}
+# And / or, bitwise (`&`, `|` on bool tensors) and logical: a known False (0) decides an and,
+# a known True an or, whatever the other side holds. Hugging Face's `generate` stops when
+# `unfinished & ~(max_length_reached | eos_found)` is all False: the length criterion is known,
+# the end-of-sequence one is not, and without this the loop never ended.
+_ANDS = {aten.bitwise_and.Tensor, aten.bitwise_and.Scalar, aten.logical_and.default}
+_ORS = {aten.bitwise_or.Tensor, aten.bitwise_or.Scalar, aten.logical_or.default}
 
 _ARITHMETIC = {
     aten.mul.Tensor: operator.mul, aten.mul.Scalar: operator.mul,
@@ -171,14 +186,23 @@ def propagate_hint(func: Any, args: tuple, out: Any, kwargs: dict | None = None)
             hint = _ARITHMETIC[func](a, b)
         except ZeroDivisionError:
             return
-    elif func is aten.logical_not.default:
+    elif func is aten.sum.default:
         hint = getattr(args[0], HINT_ATTR, None)
-        hint = None if hint is None else not hint
-    elif func is aten.logical_and.default or func is aten.logical_or.default:
-        a, b = (getattr(x, HINT_ATTR, None) for x in args[:2])
+        if hint is not None:
+            hint = hint * args[0].numel()  # a uniform tensor's sum (a bool's: a count)
+    elif func in _COMPARISONS:
+        a, b = (_value(x) for x in args[:2])
         if a is None or b is None:
             return
-        hint = (a and b) if func is aten.logical_and.default else (a or b)
+        hint = _COMPARISONS[func](a, b)
+    elif func is aten.logical_not.default or func is aten.bitwise_not.default:
+        hint = getattr(args[0], HINT_ATTR, None)
+        if hint is not None:
+            hint = (not hint) if func is aten.logical_not.default or isinstance(hint, bool) else ~int(hint)
+    elif func in _ANDS or func in _ORS:
+        hint = _and_or(func in _ANDS, *(_value(x) for x in args[:2]))
+        if hint is None:
+            return
     elif func is aten._amp_foreach_non_finite_check_and_unscale_.default:
         # GradScaler's found_inf flag: a healthy step found no inf/nan.
         setattr(args[1], HINT_ATTR, 0.0)
@@ -189,6 +213,21 @@ def propagate_hint(func: Any, args: tuple, out: Any, kwargs: dict | None = None)
         setattr(out, HINT_ATTR, hint)
     if func in _SHADOW_PASSTHROUGH and args and isinstance(out, torch.Tensor):
         set_shadow(out, getattr(args[0], SHADOW_ATTR, None))
+
+
+def _and_or(is_and: bool, a: Any, b: Any) -> Any:
+    """The value of `a and b` / `a or b` (bitwise on integers) where it is decided: both sides
+    known, or one side the value that decides it (a False or 0 for an and, a True for an or)."""
+    if a is not None and b is not None:
+        return (a & b) if is_and else (a | b)
+    known = a if b is None else b
+    if known is None:
+        return None
+    if is_and and not known:
+        return known
+    if not is_and and known is True:
+        return True
+    return None
 
 
 def set_shadow(t: torch.Tensor, values: torch.Tensor | None) -> None:

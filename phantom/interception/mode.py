@@ -57,6 +57,12 @@ def _ops_of(namespace: str) -> frozenset:
 _COLLECTIVE_OPS = _ops_of("_c10d_functional") | _ops_of("c10d")
 
 
+# CompositeImplicit ops that torch.inference_mode sends to the mode whole (their kernels have
+# not run yet), which phantom must see decomposed: the copy and the scalar read inside them
+_DECOMPOSE_FIRST = frozenset([*(getattr(torch.ops.aten.to, name) for name in torch.ops.aten.to.overloads()),
+                              torch.ops.aten.item.default])
+
+
 class _ThreadState(threading.local):
     # FakeTensorMode.__enter__ sets torch's thread-local "lift only CPU tensors" flag
     # (torch._C._set_only_lift_cpu_tensors) on the thread that entered it. Autograd's device
@@ -202,6 +208,17 @@ class PhantomMode(FakeTensorMode):
             sim.begin_op(func, dispatched=True)
             sim.end_op()
             return NotImplemented
+        if func in _DECOMPOSE_FIRST:
+            # Under torch.inference_mode `tensor.to(...)` and `.item()` reach the mode whole
+            # instead of as `_to_copy` / `_local_scalar_dense`. FakeTensorMode would copy a real
+            # CPU tensor to the device by running the op for real, which a CPU build cannot
+            # do, and read a scalar as a data-dependent error; decomposed, they come back here
+            # as the copy phantom times and the read it answers (the mode is re-entered:
+            # inside its handler it is off)
+            with self:
+                decomposed = func.decompose(*args, **kwargs)
+            if decomposed is not NotImplemented:
+                return decomposed
         if not _touches_cuda(args, kwargs):
             sim.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
             return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
