@@ -71,6 +71,7 @@ PATTERNS: dict[str, tuple[str, list[str], int]] = {
     "tp-sp-loss-parallel": ("bench/patterns/tp_loss_parallel.py", [], 2),
     "pp-1f1b": ("bench/patterns/pipeline.py", ["--schedule", "1F1B"], 2),
     "pp-interleaved": ("bench/patterns/pipeline.py", ["--schedule", "Interleaved1F1B", "--microbatches", "4"], 2),
+    "hf-generate": ("bench/patterns/hf_generate.py", [], 1),
 }
 
 
