@@ -57,10 +57,15 @@ def _ops_of(namespace: str) -> frozenset:
 _COLLECTIVE_OPS = _ops_of("_c10d_functional") | _ops_of("c10d")
 
 
-# CompositeImplicit ops that torch.inference_mode sends to the mode whole (their kernels have
-# not run yet), which phantom must see decomposed: the copy and the scalar read inside them
-_DECOMPOSE_FIRST = frozenset([*(getattr(torch.ops.aten.to, name) for name in torch.ops.aten.to.overloads()),
-                              torch.ops.aten.item.default])
+_composite: dict[Any, bool] = {}  # op -> has a CompositeImplicitAutograd kernel
+
+
+def _is_composite(func) -> bool:
+    known = _composite.get(func)
+    if known is None:
+        known = _composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            func.name(), "CompositeImplicitAutograd")
+    return known
 
 
 class _ThreadState(threading.local):
@@ -208,13 +213,15 @@ class PhantomMode(FakeTensorMode):
             sim.begin_op(func, dispatched=True)
             sim.end_op()
             return NotImplemented
-        if func in _DECOMPOSE_FIRST:
-            # Under torch.inference_mode `tensor.to(...)` and `.item()` reach the mode whole
-            # instead of as `_to_copy` / `_local_scalar_dense`. FakeTensorMode would copy a real
-            # CPU tensor to the device by running the op for real, which a CPU build cannot
-            # do, and read a scalar as a data-dependent error; decomposed, they come back here
-            # as the copy phantom times and the read it answers (the mode is re-entered:
-            # inside its handler it is off)
+        if _is_composite(func):
+            # With autograd's keys off (torch.inference_mode, an inference tensor) an op with a
+            # CompositeImplicitAutograd kernel reaches the mode whole instead of as the ops it
+            # is made of: `.to()` instead of `_to_copy`, `.item()` / `bool(t)` instead of
+            # `_local_scalar_dense`. FakeTensorMode would run a CPU-to-device copy for real
+            # (a CPU build cannot) and answer a read with a data-dependent error. Decomposed
+            # here, as the dispatcher does with autograd on, the parts come back to this
+            # handler as the copies, reads and kernels phantom times (the mode is re-entered:
+            # inside its handler it is off).
             with self:
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
