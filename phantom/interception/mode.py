@@ -57,14 +57,21 @@ def _ops_of(namespace: str) -> frozenset:
 _COLLECTIVE_OPS = _ops_of("_c10d_functional") | _ops_of("c10d")
 
 
-_composite: dict[Any, bool] = {}  # op -> has a CompositeImplicitAutograd kernel
+_decomposes: dict[Any, bool] = {}  # op -> whether the dispatcher decomposes it (see below)
 
 
-def _is_composite(func) -> bool:
-    known = _composite.get(func)
+def _decomposed_by_autograd(func) -> bool:
+    """Whether, with autograd on, the dispatcher would have run `func`'s
+    CompositeImplicitAutograd kernel before this mode saw it: it has one and no CUDA kernel
+    (on a CPU build, the CUDA kernels are phantom's placeholders for ops a CUDA build runs as
+    one kernel, such as rms_norm). Higher-order ops (flex_attention, DTensor's RNG op) are
+    not dispatcher ops."""
+    known = _decomposes.get(func)
     if known is None:
-        known = _composite[func] = torch._C._dispatch_has_kernel_for_dispatch_key(
-            func.name(), "CompositeImplicitAutograd")
+        name = func.name() if isinstance(func, torch._ops.OpOverload) else None
+        has = torch._C._dispatch_has_kernel_for_dispatch_key
+        known = _decomposes[func] = bool(name) and has(name, "CompositeImplicitAutograd") \
+            and not has(name, "CUDA")
     return known
 
 
@@ -213,15 +220,14 @@ class PhantomMode(FakeTensorMode):
             sim.begin_op(func, dispatched=True)
             sim.end_op()
             return NotImplemented
-        if _is_composite(func):
-            # With autograd's keys off (torch.inference_mode, an inference tensor) an op with a
-            # CompositeImplicitAutograd kernel reaches the mode whole instead of as the ops it
-            # is made of: `.to()` instead of `_to_copy`, `.item()` / `bool(t)` instead of
-            # `_local_scalar_dense`. FakeTensorMode would run a CPU-to-device copy for real
-            # (a CPU build cannot) and answer a read with a data-dependent error. Decomposed
-            # here, as the dispatcher does with autograd on, the parts come back to this
-            # handler as the copies, reads and kernels phantom times (the mode is re-entered:
-            # inside its handler it is off).
+        if _decomposed_by_autograd(func):
+            # With autograd's keys off (torch.inference_mode, an inference tensor) such an op
+            # reaches the mode whole: `.to()` instead of `_to_copy`, `.item()` / `bool(t)` instead of
+            # `_local_scalar_dense`: FakeTensorMode would run a CPU-to-device copy for real (a
+            # CPU build cannot) and answer a read with a data-dependent error. Decomposed here,
+            # as the dispatcher does with autograd on, the parts come back to this handler as
+            # the copy and the read phantom handles (the mode is re-entered: inside its
+            # handler it is off).
             with self:
                 decomposed = func.decompose(*args, **kwargs)
             if decomposed is not NotImplemented:
