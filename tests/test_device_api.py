@@ -635,14 +635,16 @@ def test_inference_mode_copies_reads_and_known_stopping_conditions(run_script):
             y = torch.tensor([1.0, 2.0], device="cuda")
             print("moved=", type(x).__name__, x.device, y.device)
             print("read=", torch.ones(3, device="cuda").sum().item())
-        unfinished = torch.ones(4, dtype=torch.long, device="cuda")
-        eos = torch.isin(torch.randint(0, 9, (4,), device="cuda"), torch.tensor([2], device="cuda"))
-        for length in range(100):
-            done = torch.full((4,), length >= 5, dtype=torch.bool, device="cuda") | eos
-            unfinished = unfinished & ~done
-            if unfinished.max() == 0:
-                break
-        print("stopped=", length)
+        for mode in (torch.no_grad, torch.inference_mode):  # `&` stays `__and__` under the latter
+            with mode():
+                unfinished = torch.ones(4, dtype=torch.long, device="cuda")
+                eos = torch.isin(torch.randint(0, 9, (4,), device="cuda"), torch.tensor([2], device="cuda"))
+                for length in range(100):
+                    done = torch.full((4,), length >= 5, dtype=torch.bool, device="cuda") | eos
+                    unfinished = unfinished & ~done
+                    if unfinished.max() == 0:
+                        break
+            print(f"stopped_{mode.__name__}=", length)
         """,
         "--quiet",
     )
@@ -650,7 +652,7 @@ def test_inference_mode_copies_reads_and_known_stopping_conditions(run_script):
     v = _values(proc.stdout)
     assert v["moved"] == "FakeTensor cuda:0 cuda:0"
     assert v["read"] == "3.0"
-    assert v["stopped"] == "5"
+    assert v["stopped_no_grad"] == v["stopped_inference_mode"] == "5"
 
 
 def test_streams_and_events_order_work(run_script):
