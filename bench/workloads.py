@@ -72,6 +72,13 @@ PATTERNS: dict[str, tuple[str, list[str], int]] = {
     "pp-1f1b": ("bench/patterns/pipeline.py", ["--schedule", "1F1B"], 2),
     "pp-interleaved": ("bench/patterns/pipeline.py", ["--schedule", "Interleaved1F1B", "--microbatches", "4"], 2),
     "hf-generate": ("bench/patterns/hf_generate.py", [], 1),
+    # Float8 training through torchao (Session 33): a bf16 baseline and three recipes, compiled
+    # blocks (the way float8 is run), and tensorwise eager.
+    "float8-bf16-compile": ("bench/patterns/float8.py", ["--recipe", "none"], 1),
+    "float8-tensorwise-compile": ("bench/patterns/float8.py", ["--recipe", "tensorwise"], 1),
+    "float8-rowwise-compile": ("bench/patterns/float8.py", ["--recipe", "rowwise"], 1),
+    "float8-rowwise-gw-hp-compile": ("bench/patterns/float8.py", ["--recipe", "rowwise_with_gw_hp"], 1),
+    "float8-tensorwise-eager": ("bench/patterns/float8.py", ["--recipe", "tensorwise", "--eager"], 1),
 }
 
 

@@ -526,9 +526,12 @@ class Simulation:
     def end_generated_code(self) -> None:
         self._generated_code = False
 
-    def launch_generated_kernel(self, name: str, nbytes: float) -> None:
-        """One generated kernel moving `nbytes`, on the elementwise memory curve."""
-        self._launch(name, self.cost_model.fused_pointwise(nbytes, 0.0), self._current_stream_id())
+    def launch_generated_kernel(self, name: str, nbytes: float, math_flops: float = 0.0,
+                                load_efficiency: float = 1.0) -> None:
+        """One generated kernel moving `nbytes`, on the elementwise memory curve, or longer where
+        its math (`math_flops`, cost.roofline.generated_math_flops) is."""
+        cost = self.cost_model.fused_pointwise(nbytes, math_flops, load_efficiency)
+        self._launch(name, cost, self._current_stream_id())
 
     def launch_sleep(self, cycles: int) -> None:
         """`torch.cuda._sleep(cycles)`: one kernel spinning on the SM clock for `cycles`
@@ -585,8 +588,8 @@ class Simulation:
                  args: tuple = (), in_graph: bool = False, uses_sms: bool = True) -> None:
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
-                                          flops=cost.flops, nbytes=cost.bytes, in_graph=in_graph,
-                                          uses_sms=uses_sms)
+                                          flops=cost.flops * cost.energy_per_flop, nbytes=cost.bytes,
+                                          in_graph=in_graph, uses_sms=uses_sms)
         if self.recorder is not None:
             self.recorder.kernel(name, cost.op_class, cost.source, stream_id, start, end, h0,
                                  self.timeline.host_ns, args)

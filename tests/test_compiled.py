@@ -5,6 +5,8 @@ phantom's backend; they run on CPU tensors against a stand-in simulation that re
 would be launched."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 import torch.nn.functional as F
 from torch._inductor.decomposition import select_decomp_table
@@ -14,8 +16,12 @@ from phantom.interception.compiled import EXTERN, FUSED, NEUTRAL, GraphRunner
 
 
 class RecordingSim:
+    gpu = SimpleNamespace(sm_count=132)  # an H100's
+
     def __init__(self) -> None:
         self.kernels: list[tuple[str, float]] = []
+        self.math: list[float] = []
+        self.efficiency: list[float] = []
         self.in_registers = False
         self.depth = 0
 
@@ -25,9 +31,12 @@ class RecordingSim:
     def end_generated_code(self) -> None:
         self.depth -= 1
 
-    def launch_generated_kernel(self, name: str, nbytes: float) -> None:
+    def launch_generated_kernel(self, name: str, nbytes: float, math_flops: float = 0.0,
+                                load_efficiency: float = 1.0) -> None:
         assert self.depth == 1
         self.kernels.append((name, nbytes))
+        self.math.append(math_flops)
+        self.efficiency.append(load_efficiency)
 
 
 def _runner(fn, *args) -> tuple[GraphRunner, RecordingSim]:
@@ -105,3 +114,64 @@ def test_inputs_are_released_as_the_graph_runs():
     runner, _ = _runner(lambda a: a + 1, x)
     runner(args)
     assert args == []  # AOTAutograd's boxed convention: the graph took its inputs
+
+
+def test_a_whole_tensor_amax_splits_and_its_consumer_reads_the_input_again():
+    """float8 scaling: amax(|x|) to one scale, then x cast with it. Inductor splits the
+    reduction (partial pass over x, final pass to the scalar) and the cast runs after it,
+    loading x a second time; nothing of it shares the partial pass."""
+    x = torch.randn(4096, 4096)  # 16.8M elements: more than 8,192 an output, one output
+
+    def scale_and_cast(x):
+        amax = torch.amax(torch.abs(x))
+        return (x * (448.0 / amax)).clamp(-448.0, 448.0)
+
+    runner, sim = _runner(scale_and_cast, x)
+    torch.testing.assert_close(runner([x]), scale_and_cast(x))
+    nbytes = x.numel() * 4
+    by_bytes = sorted(b for _, b in sim.kernels)
+    assert len(sim.kernels) == 3  # partial amax, final amax, the cast
+    assert by_bytes[0] < 64  # the final pass: the scalar
+    assert by_bytes[1] == nbytes  # the partial pass reads x
+    assert by_bytes[2] >= 2 * nbytes  # the cast reads x again and writes its output
+
+
+def test_a_row_reduction_fuses_with_its_consumer():
+    x = torch.randn(4096, 1024)
+
+    def rms_norm(x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    runner, sim = _runner(rms_norm, x)
+    runner([x])
+    # one kernel: x read once, the output written (and the row statistic, which it stores)
+    assert len(sim.kernels) == 1 and 0 <= sim.kernels[0][1] - 2 * x.numel() * 4 <= 2 * 4096 * 4
+
+
+def test_generated_kernels_carry_the_math_of_what_they_evaluate():
+    """erf's math (the fitted table) rides with the kernel that evaluates it, the amax's
+    partial pass here; a plain add carries none."""
+    from phantom.cost.roofline import generated_math_flops
+
+    x = torch.randn(4096, 4096)
+    runner, sim = _runner(lambda x: torch.amax(torch.erf(x)), x)
+    runner([x])
+    assert max(sim.math) == generated_math_flops("erf", x.numel()) > 0
+    runner, sim = _runner(lambda x: x + 1, x)
+    runner([x])
+    assert sim.math == [0.0]
+
+
+def test_a_misaligned_split_reduction_loads_slower():
+    """16384 x 8192 elements to one value: Inductor's split size (993 elements a thread) starts
+    chunks off 16-byte boundaries (cost/roofline.py split_reduction_plan)."""
+    from phantom.cost.roofline import MISALIGNED_SPLIT_EFFICIENCY
+
+    x = torch.empty(16384, 8192, device="meta")
+    runner = GraphRunner(make_fx(lambda x: torch.amax(x))(torch.randn(4, 4)), RecordingSim())
+    node = next(n for n in runner.nodes if n.op == "call_function")
+    sizes = {i: (x.numel() * 2, x.numel()) for i in node.all_input_nodes}
+    sizes[node] = (2, 1)
+    assert runner._split_reduction(node, x.numel(), sizes) == MISALIGNED_SPLIT_EFFICIENCY
+    small = {i: (4096 * 8192 * 2, 4096 * 8192) for i in node.all_input_nodes} | {node: (2, 1)}
+    assert runner._split_reduction(node, 4096 * 8192, small) == 1.0

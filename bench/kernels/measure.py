@@ -139,6 +139,53 @@ def scaled_mm_case(m: int, n: int, k: int) -> Case:
                 2.0 * m * n * k, float(m * k + k * n + 2 * m * n), make, fn, in_bytes=float(m * k + n * k))
 
 
+def scaled_mm_scaled_case(m: int, n: int, k: int, scaling: str, b_dtype: torch.dtype | None = None,
+                          tag: str = "") -> Case:
+    """torch._scaled_mm as float8 training calls it (torchao, torchtitan): A[M,K] row-major,
+    B[K,N] column-major, bf16 out; `scaling` "tensorwise" (one fp32 scale per operand:
+    cuBLASLt) or "rowwise" (a scale per row of A and per column of B: CUTLASS). `b_dtype`
+    e5m2 for a gradient operand."""
+    f8 = torch.float8_e4m3fn
+    fb = b_dtype or f8
+
+    def make():
+        a = rand((m, k)).to(f8)
+        b = rand((n, k)).to(fb).t()
+        if scaling == "rowwise":
+            sa = torch.rand((m, 1), device="cuda", dtype=FP32) + 0.5
+            sb = torch.rand((1, n), device="cuda", dtype=FP32) + 0.5
+        else:
+            sa = torch.ones((), device="cuda", dtype=FP32)
+            sb = sa.clone()
+        return a, b, sa, sb
+
+    def fn(b):
+        return torch._scaled_mm(b[0], b[1], b[2], b[3], out_dtype=BF16)
+
+    prec = "fp8" if scaling == "tensorwise" else "fp8_rowwise"
+    return Case("_scaled_mm", "gemm", [[m, k], [k, n]], prec,
+                {"M": m, "N": n, "K": k, "batch": 1, "scaling": scaling,
+                 "b_dtype": str(fb).replace("torch.", ""), "tag": tag},
+                2.0 * m * n * k, float(m * k + k * n + 2 * m * n), make, fn, in_bytes=float(m * k + n * k))
+
+
+def gemm_fp8_cases() -> Iterator[Case]:
+    """Float8 training's GEMMs: tensorwise and rowwise scaling over token counts and Llama-like
+    layer shapes (forward, and the backward's transposed ones), e5m2 gradients for some."""
+    dims = ((4096, 4096), (6144, 4096), (14336, 4096), (4096, 14336), (1024, 4096), (8192, 8192),
+            (28672, 8192), (8192, 28672), (2048, 2048), (8192, 2048))
+    for scaling in ("tensorwise", "rowwise"):
+        for m in (1024, 4096, 16384):
+            for n, k in dims:
+                yield scaled_mm_scaled_case(m, n, k, scaling, tag="grid")
+        for n, k, m in ((4096, 4096, 16384), (4096, 14336, 16384), (14336, 4096, 16384), (2048, 8192, 16384)):
+            yield scaled_mm_scaled_case(n, k, m, scaling, tag="wgrad")  # dW[N,K] = dY^T[N,M] @ X[M,K]
+        for m, n, k in ((16384, 4096, 4096), (16384, 4096, 14336)):
+            yield scaled_mm_scaled_case(m, n, k, scaling, b_dtype=torch.float8_e5m2, tag="e5m2")
+        for m, n, k in ((8192, 1008, 4096), (4000, 4096, 4096), (256, 4096, 4096), (64, 8192, 8192)):
+            yield scaled_mm_scaled_case(m, n, k, scaling, tag="odd")
+
+
 def linear_layer_cases(tokens: int, d_in: int, d_out: int, tag: str, quick: bool = False) -> list[Case]:
     """Forward, input-gradient and weight-gradient GEMMs of one nn.Linear."""
     return [
@@ -1179,6 +1226,7 @@ GROUPS: list[tuple[str, Callable[[], Iterator[Case]]]] = [
     ("conv_layout", conv_layout_cases), ("spatial", spatial_cases), ("graph", graph_cases),
     ("conv_grouped", grouped_conv_cases), ("batch_norm", batch_norm_cases),
     ("cudnn_batch_norm", cudnn_batch_norm_cases), ("gemm_wide_c", gemm_wide_c_cases),
+    ("gemm_fp8", gemm_fp8_cases),
 ]
 
 

@@ -11,8 +11,9 @@ Simulation policy (README, "TorchTitan"):
   by an analytic uniform dispatch instead of token counts read from simulated router logits.
 - CUDA graphs (on by default in 0.3.0) capture collectives, which phantom does not simulate
   inside a graph: the step runs eagerly unless graphs are asked for explicitly, which is an
-  error. `--compile.enable` is simulated as Inductor runs it (interception/compiled.py). Float8/MX/NVFP4 converters, DeepEP/HybridEP/MinimalAsyncEP
-  dispatchers and async TP are clear errors.
+  error. `--compile.enable` is simulated as Inductor runs it (interception/compiled.py).
+  Float8LinearConverter runs through torchao; the grouped-expert float8, MX and NVFP4
+  converters, DeepEP/HybridEP/MinimalAsyncEP dispatchers and async TP are clear errors.
 - Offline: missing tokenizer paths fall back to phantom's byte-level tokenizer, and the C4
   datasets to a tiny local dataset (assets/torchtitan/, see make_assets.py).
 
@@ -256,17 +257,20 @@ def patch_compile(module: ModuleType) -> None:
 
 
 def patch_quantization(module: ModuleType) -> None:
-    """torchtitan/components/quantization: the Float8, MXFP8 and NVFP4 converters swap
-    Linear/GroupedExperts for torchao low-precision kernels (scaled GEMMs fed by amax and
-    casting kernels that need torch.compile to be fast). phantom has no calibration for
-    them: building one under simulation is a clear error."""
-    for name in ("Float8LinearConverter", "Float8GroupedExpertsConverter",
-                 "MXFP8LinearConverter", "MXFP8GroupedExpertsConverter",
-                 "NVFP4LinearConverter"):
+    """torchtitan/components/quantization: the converters swap Linear/GroupedExperts for
+    torchao low-precision modules. Float8LinearConverter (torchao's Float8Linear: scaled
+    float8 GEMMs fed by amax and casting kernels) is left to run as torchao runs it, its GEMMs
+    timed from the measured float8 rows (tensorwise and rowwise) and its casts by the
+    generated-kernel model (README, 'Float8 training'). The grouped-experts float8 GEMMs, MXFP8
+    and NVFP4 (the latter two need Blackwell) have no calibration: building one is a clear
+    error."""
+    for name in ("Float8GroupedExpertsConverter", "MXFP8LinearConverter",
+                 "MXFP8GroupedExpertsConverter", "NVFP4LinearConverter"):
         cls = getattr(module, name, None)
         if cls is not None:
-            _refuse_init(cls, f"torchtitan's {name} (float8/MX/NVFP4 training) is not "
-                              "simulated; run the bf16 model")
+            _refuse_init(cls, f"torchtitan's {name} (grouped-expert float8, MX and NVFP4 "
+                              "training) is not simulated; run the bf16 model, or "
+                              "Float8LinearConverter for the dense layers")
 
 
 # -- offline assets ----------------------------------------------------------------------------

@@ -35,6 +35,10 @@ class KernelCost:
     source: str  # "model" (roofline estimate) now; "db" later for measured rows
     flops: float  # floating-point operations the op performs (useful work, e.g. causal-halved)
     bytes: float  # minimal device-memory bytes read + written
+    # Energy of one of its FLOPs relative to a bf16 tensor-core FLOP's, for the power model
+    # (engine/power.py): float8 GEMMs do twice the FLOPs per tensor-core cycle (H100/H200
+    # datasheets), taken at the same energy per cycle, so half per FLOP.
+    energy_per_flop: float = 1.0
 
 
 @runtime_checkable

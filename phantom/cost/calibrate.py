@@ -197,7 +197,7 @@ def _gemm_rows(rows: list[Row], prec: str) -> list[Row]:
     return [r for r in rows if r["class"] == "gemm" and r["dtype"] == prec]
 
 
-ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp8": 1}
+ELEMENT_BYTES = {"bf16": 2, "fp16": 2, "tf32": 4, "fp32": 4, "fp8": 1, "fp8_rowwise": 1}
 
 
 def _gemm_alignment(prec: str, p: dict[str, Any]) -> int:
@@ -263,11 +263,12 @@ def fit_gemm(rows: list[Row], gpu: GPUSpec, seed: GemmCal, notes: dict[str, str]
     cal = best[1]
     curves = {"bf16": cal.curves["bf16"]}
     quality_out["gemm.bf16.curve"] = quality([(_gemm_pred(cal, "bf16", gpu, r), r["median_us"]) for r in bf16])
-    for prec in ("fp16", "tf32", "fp32", "fp8"):
+    for prec in ("fp16", "tf32", "fp32", "fp8", "fp8_rowwise"):
         prows = _gemm_rows(rows, prec)
         if not prows:
-            curves[prec] = curves["bf16"]
-            notes[f"gemm.{prec}"] = "unmeasured: bf16 curve (same fraction of this precision's peak)"
+            like = "fp8" if prec == "fp8_rowwise" else "bf16"
+            curves[prec] = curves[like]
+            notes[f"gemm.{prec}"] = f"unmeasured: {like} curve (same fraction of this precision's peak)"
             continue
         names = ("eff_max", "k_half") if len(prows) >= 5 else ("eff_max",)
 

@@ -30,7 +30,7 @@ DATA_DIR = Path(__file__).resolve().parent / "data"
 SCHEMA_VERSION = 1
 
 # GEMM precisions a calibration distinguishes (keys of GemmCal.curves).
-GEMM_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8")
+GEMM_PRECISIONS = ("bf16", "fp16", "tf32", "fp32", "fp8", "fp8_rowwise")
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def seed_calibration() -> Calibration:
         gemm=GemmCal(floor_us=LAUNCH_FLOOR_US, mem_eff=H100_COPY_ACHIEVED, conv_scale=0.7,
                      curves={"bf16": bf16, "fp16": bf16,
                              "tf32": replace(bf16, eff_max=0.75), "fp32": replace(bf16, eff_max=0.75),
-                             "fp8": replace(bf16, eff_max=0.70)}),
+                             "fp8": replace(bf16, eff_max=0.70), "fp8_rowwise": replace(bf16, eff_max=0.65)}),
         attention={"flash.fwd": attn, "flash.bwd": replace(attn, eff_max=0.30 / 0.8)},
         memory=memory,
         transfer=TransferCal(floor_us=8.0, h2d_pinned_gbps=25.0, h2d_pageable_gbps=10.0, d2h_pinned_gbps=25.0,
@@ -292,7 +292,7 @@ def seed_calibration() -> Calibration:
             "gemm.bf16.eff_max": "798 TFLOP/s of 989.4 at 8192^3 on this workplace's H100 (KINDS.md); "
                                  "ml-engineering MAMF table gives H100 SXM 792.1/989 = 80.1%",
             "gemm.fp16": "same tensor-core rate as bf16 (H100 datasheet)",
-            "gemm.tf32/fp32/fp8.eff_max": "assumption (no public measurement at hand)",
+            "gemm.tf32/fp32/fp8/fp8_rowwise.eff_max": "assumption (no public measurement at hand)",
             "gemm shape params (k_half, tiles, wave_gamma, split_k_min), conv_scale": "assumption",
             "gemm.unaligned_scale": "assumption (~1/5; see GemmCurve)",
             "memory.bw_eff": "3.0 TB/s of 3.35 (H100) and 4.3 of 4.8 (H200) D2D copy on this workplace's "

@@ -99,9 +99,9 @@ class DatabaseCostModel:
         self.specs: dict[str, dict] | None = {} if record else None
 
     # ---- CostModel -------------------------------------------------------------------
-    def fused_pointwise(self, nbytes: float, flops: float) -> KernelCost:
+    def fused_pointwise(self, nbytes: float, flops: float, load_efficiency: float = 1.0) -> KernelCost:
         """A generated kernel has no database row: the fallback's memory curve."""
-        return self.fallback.fused_pointwise(nbytes, flops)
+        return self.fallback.fused_pointwise(nbytes, flops, load_efficiency)
 
     def estimate(self, func: torch._ops.OpOverload, args: tuple, kwargs: dict, out: object) -> KernelCost | None:
         fb = self.fallback

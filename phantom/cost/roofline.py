@@ -18,10 +18,13 @@ roles) is computed once per OpOverload.
 """
 from __future__ import annotations
 
+import functools
 import heapq
+import json
 import math
 import operator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import torch
@@ -188,6 +191,77 @@ EPILOGUE_EXPOSED = 1.0
 FLASH_TILE = 128  # flash-attention q/k block: causal work is counted at this granularity
 
 
+# Math an element of the pointwise ops Inductor inlines into generated kernels, in
+# FLOP-equivalents at the fp32 vector rate (phantom/cost/calibrate_inductor.py fits it from
+# bench/kernels/inductor_sweep.py); ops not listed hide under any kernel's memory traffic.
+GENERATED_MATH_PATH = Path(__file__).resolve().parent / "data" / "generated_math.json"
+
+
+@functools.lru_cache(maxsize=1)
+def _generated_math_table() -> dict[str, float]:
+    try:
+        return dict(json.loads(GENERATED_MATH_PATH.read_text())["flops_per_element"])
+    except (OSError, ValueError, KeyError):
+        return {}
+
+
+def generated_math_flops(op_name: str, numel: int) -> float:
+    """FLOP-equivalents a generated kernel spends computing `op_name` over `numel` elements."""
+    per = _generated_math_table().get(op_name.split(".")[0])
+    return per * numel if per else 0.0
+
+
+# Inductor's split of a reduction with few outputs (torch/_inductor/choices.py,
+# reduction_split_factor, inner reductions, Hopper): its threads, a reduction's elements an
+# output below which it does not split, and the per-thread element targets.
+SPLIT_THREADS = 256
+SPLIT_MIN_ELEMENTS = 8192
+MAX_THREADS_PER_SM = 2048
+# A split whose chunks do not start on 16-byte boundaries (or do not divide the reduction)
+# loads element by element: on the H100 such an amax moved 1.55 TB/s against 2.63-2.84 for
+# aligned splits of the same op (bench/kernels/results/inductor_math_H100.json, `math_amax.add`).
+MISALIGNED_SPLIT_EFFICIENCY = 0.55
+# ... and its math no longer hides under its loads: over seven math-heavy ops (erf, GELU and its
+# gradient, SiLU and its gradient, sigmoid, tanh) at that misaligned size, the time beyond the
+# misaligned loads was a median 0.64 of the op's math time (0.47-0.82; the same file).
+MISALIGNED_MATH_EXPOSED = 0.64
+
+
+def _divisor_near(n: int, target: int, window: int) -> int | None:
+    best = None
+    for d in range(max(1, target - window), target + window + 1):
+        if n % d == 0 and (best is None or abs(d - target) < abs(best - target)):
+            best = d
+    return best
+
+
+def split_reduction_plan(reduction_numel: int, outputs: int, sm_count: int,
+                         itemsize: int = 2) -> tuple[int, bool]:
+    """(splits, aligned) of an Inductor reduction of `outputs` values over `reduction_numel`
+    elements each: 1 split when it is not split; `aligned` whether each split's chunk starts on
+    a 16-byte boundary (vector loads)."""
+    outputs = max(1, outputs)
+    if outputs >= 2 * sm_count or reduction_numel <= SPLIT_MIN_ELEMENTS:
+        return 1, True
+    total = reduction_numel * outputs
+    min_per_device = 32 * sm_count * MAX_THREADS_PER_SM
+    max_per_device = 512 * sm_count * MAX_THREADS_PER_SM
+    if total <= min_per_device:
+        split_size = 32
+    elif total < max_per_device:
+        target_blocks = sm_count * MAX_THREADS_PER_SM // (2 * SPLIT_THREADS)
+        per_output = -(-target_blocks // outputs)
+        tmp = -(-reduction_numel // (SPLIT_THREADS * per_output))
+        closest = _divisor_near(reduction_numel, tmp, 29)
+        split_size = max(closest, 32) if closest is not None else tmp
+    else:
+        closest = _divisor_near(reduction_numel, 512, 49)
+        split_size = closest if closest is not None else 512
+    splits = -(-reduction_numel // (split_size * SPLIT_THREADS))
+    chunk, rest = divmod(reduction_numel, splits)
+    return splits, rest == 0 and (chunk * itemsize) % 16 == 0
+
+
 # --------------------------------------------------------------------------------------
 # Pure time formulas (shared with calibrate.py)
 # --------------------------------------------------------------------------------------
@@ -250,13 +324,21 @@ def gemm_residual(res: Any, batch: int, m: int, n: int, k: int, align_bytes: int
     return math.exp(num / den) if den > 0 else 1.0
 
 
+# Curves that run at another precision's tensor-core peak: a row-wise scaled float8 GEMM
+# (torch._scaled_mm with a scale per row of A and per column of B) is a CUTLASS kernel with its
+# own efficiency, 5-15% below cuBLASLt's tensor-wise one at training sizes on the H100
+# (bench/kernels/results/sweep_fp8_H100.json).
+_PEAK_PRECISION = {"fp8_rowwise": "fp8"}
+
+
 def gemm_time_ns(cal: GemmCal, prec: str, gpu: GPUSpec, batch: int, m: int, n: int, k: int,
                  flops: float, nbytes: float, eff_scale: float = 1.0, align_bytes: int = 16,
                  correct: bool = True) -> float:
     """Analytic time (launch floor + the slower of compute and memory) times the residual
     correction interpolated from the sweep (`correct`: off for convolutions and while fitting)."""
-    curve = cal.curves.get(prec) or cal.curves["bf16"]
-    peak = gpu.peak_tflops(prec if prec in ("bf16", "fp16", "tf32", "fp32", "fp8") else "fp32") * 1e12
+    curve = cal.curves.get(prec) or cal.curves.get(_PEAK_PRECISION.get(prec, "bf16")) or cal.curves["bf16"]
+    rate = _PEAK_PRECISION.get(prec, prec)
+    peak = gpu.peak_tflops(rate if rate in ("bf16", "fp16", "tf32", "fp32", "fp8") else "fp32") * 1e12
     eff = max(gemm_efficiency(curve, gpu.sm_count, batch, m, n, k, align_bytes) * eff_scale, 1e-4)
     t_compute = flops / (peak * eff) if flops > 0 else 0.0
     t_memory = nbytes / (gpu.hbm_gbps * 1e9 * cal.mem_eff)
@@ -721,11 +803,19 @@ class RooflineCostModel:
             self._cache[key] = cost
         return cost
 
-    def fused_pointwise(self, nbytes: float, flops: float) -> KernelCost:
+    def fused_pointwise(self, nbytes: float, flops: float, load_efficiency: float = 1.0) -> KernelCost:
         """One generated kernel that reads and writes `nbytes` in all (a torch.compile'd chain
-        of pointwise ops: engine/fusion.py), on the elementwise class's memory curve."""
+        of pointwise ops: engine/fusion.py), on the elementwise class's memory curve, or its
+        math (`flops`, FLOP-equivalents at the fp32 rate: generated_math_flops) where that is
+        longer. `load_efficiency`: the share of the curve's bandwidth its loads reach (a
+        misaligned split reduction's: MISALIGNED_SPLIT_EFFICIENCY)."""
         curve = self.cal.mem_curve("elementwise")
-        return self._cost(mem_time_ns(curve, self.gpu, nbytes, flops=flops), "elementwise", flops, nbytes)
+        if load_efficiency >= 1.0:
+            ns = mem_time_ns(curve, self.gpu, nbytes, flops=flops)
+        else:
+            ns = mem_time_ns(curve, self.gpu, nbytes / max(load_efficiency, 1e-3)) \
+                + MISALIGNED_MATH_EXPOSED * flops / (self.gpu.fp32_tflops * 1e12) * 1e9
+        return self._cost(ns, "elementwise", flops, nbytes)
 
     def clear_cache(self) -> None:
         self._cache.clear()
@@ -806,10 +896,15 @@ class RooflineCostModel:
             flops = 2.0 * batch * m * n * k
         nbytes = self._io_bytes(info, a, out)
         prec = _precision(x.dtype if x is not None else torch.float32, "matmul")
+        if info.name == "_scaled_mm" and prec == "fp8" and _is_rowwise_scaled(a):
+            prec = "fp8_rowwise"
         align = leading_dim_alignment(_tensors((a.args, out)))
         ns = gemm_time_ns(self.cal.gemm, prec, self.gpu, batch, m, n, k, flops, nbytes, align_bytes=align)
         ns += _epilogue_bytes(info.name, a, out, x) / self.gpu.hbm_gbps * EPILOGUE_EXPOSED
-        return self._cost(ns, "gemm", flops, nbytes)
+        cost = self._cost(ns, "gemm", flops, nbytes)
+        if _PEAK_PRECISION.get(prec, prec) == "fp8" and self.gpu.fp8_tflops:
+            cost = replace(cost, energy_per_flop=self.gpu.bf16_tflops / self.gpu.fp8_tflops)
+        return cost
 
     def _conv(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost:
         bwd = info.name.startswith("convolution_backward")
@@ -1118,6 +1213,12 @@ def _precision(dtype: torch.dtype, kind: str) -> str:
             return "tf32"
     # fp32 (and fp64: H100 fp64 tensor-core 67 and A100 19.5 TFLOP/s equal their fp32 vector rate)
     return "fp32"
+
+
+def _is_rowwise_scaled(a: _Args) -> bool:
+    """torch._scaled_mm(a, b, scale_a, scale_b, ...) with a scale per row (not one scalar)."""
+    scale_a = a.args[2] if len(a.args) > 2 else a.get("scale_a")
+    return isinstance(scale_a, torch.Tensor) and scale_a.numel() > 1
 
 
 def _registry_flops(func: Any, a: _Args, out: Any) -> float | None:

@@ -34,7 +34,14 @@ import torch.fx
 from torch._subclasses.fake_tensor import maybe_get_fake_mode
 from torch.utils._pytree import tree_leaves
 
-from phantom.cost.roofline import GATHER_OPS, OpInfo, classify
+from phantom.cost.roofline import (
+    GATHER_OPS,
+    MISALIGNED_SPLIT_EFFICIENCY,
+    OpInfo,
+    classify,
+    generated_math_flops,
+    split_reduction_plan,
+)
 from phantom.engine.fusion import FUSABLE_CLASSES
 from phantom.interception.mode import PhantomMode
 
@@ -96,6 +103,8 @@ class GeneratedKernel:
     writes: list[torch.fx.Node]
     reads: set[torch.fx.Node]
     ops: list[str]
+    computes: set[torch.fx.Node] = dataclasses.field(default_factory=set)  # nodes it evaluates
+    load_efficiency: float = 1.0  # share of the memory curve its loads reach
 
 
 class GraphRunner:
@@ -125,7 +134,7 @@ class GraphRunner:
         for n, i in last_use.items():
             self.drop_after.setdefault(i, []).append(n)
         self.group_of = self._groups()
-        self.stored, self.reads = self._plan()
+        self.stored, self.reads, self.computed_with = self._plan()
         self.in_registers = {n for n in self.group_of if n not in self.stored}
         self.group_writes = self._group_writes()
         # stores whose kernel iterates over their inputs (a reduction, an in-place copy), not
@@ -149,18 +158,20 @@ class GraphRunner:
                 group_of[n] = group
         return group_of
 
-    def _plan(self) -> tuple[set[torch.fx.Node], dict[torch.fx.Node, frozenset]]:
+    def _plan(self) -> tuple[set[torch.fx.Node], dict[torch.fx.Node, frozenset], dict[torch.fx.Node, frozenset]]:
         """Which group values are stored, and the values in memory each group node is computed
         from, by Inductor's rules (torch/_inductor/graph.py, ir.py: a pointwise value is inlined
         into every consumer unless it must be stored, or inlining it would read too much)."""
         must = self._must_store()
         stored: set[torch.fx.Node] = set()
         reads: dict[torch.fx.Node, frozenset] = {}
+        computed_with: dict[torch.fx.Node, frozenset] = {}  # the nodes a value is evaluated from
         ops: dict[torch.fx.Node, int] = {}
         for n in self.nodes:
             if n not in self.group_of:
                 continue
             needs: set[torch.fx.Node] = set()
+            evaluates: set[torch.fx.Node] = {n}
             size = 1 if self.roles[n] == FUSED else 0
             copy_into = n.target is torch.ops.aten.copy_.default
             info = self.info[n]
@@ -170,17 +181,18 @@ class GraphRunner:
                     needs.add(n)  # an indexed load reads what it gathers (its own size), not the source
                 elif i in self.group_of and i not in stored:
                     needs |= reads[i]  # inlined: computed again in registers here
+                    evaluates |= computed_with[i]
                     size += ops[i]
                 else:
                     needs.add(i)
-            reads[n], ops[n] = frozenset(needs), size
+            reads[n], ops[n], computed_with[n] = frozenset(needs), size, frozenset(evaluates)
             op_class = info.op_class if info is not None else None
             users = len(n.users)
             if (n in must or op_class in STORED_CLASSES
                     or len(needs) > REALIZE_ACC_READS
                     or (users > 1 and (len(needs) > REALIZE_READS or size > REALIZE_OPCOUNT))):
                 stored.add(n)
-        return stored, reads
+        return stored, reads, computed_with
 
     def _must_store(self) -> set[torch.fx.Node]:
         """Group values a library call, the graph's caller or an in-place update needs in
@@ -258,22 +270,76 @@ class GraphRunner:
             self.sim.in_registers = False
 
     def _launch_group(self, group: int, sizes: dict) -> None:
-        """Launch the group's kernels: one per iteration space of its stores."""
-        kernels: dict[int, GeneratedKernel] = {}
+        """Launch the group's kernels: one per iteration space of its stores and stage.
+
+        A reduction Inductor splits (few outputs, each over many elements: an amax to one
+        scale, as float8 training's casts need) runs as a partial pass over its input and a
+        final pass over its outputs, and nothing that needs its result can share the partial
+        pass: what reads it over the input's space runs as a later kernel, which loads that
+        input again. Other reductions (a norm's rows) fuse with their consumers, as here."""
+        kernels: dict[tuple[int, int], GeneratedKernel] = {}
+        ready: dict[torch.fx.Node, int] = {}  # the stage from which a store can be read
+
+        def kernel(space: int, stage: int) -> GeneratedKernel:
+            return kernels.setdefault((space, stage), GeneratedKernel([], set(), []))
+
         for w in self.group_writes.get(group, ()):
             if w in self.input_space:
                 space = max(sizes[i][1] for i in w.all_input_nodes)
             else:
                 space = sizes[w][1]
-            k = kernels.setdefault(space, GeneratedKernel([], set(), []))
+            stage = max((ready[r] for r in self.reads[w] if r in ready), default=0)
+            name = w.target.__name__
+            split = self._split_reduction(w, space, sizes)
+            if split is not None:
+                partial = kernel(space, stage)
+                partial.reads |= self.reads[w]
+                partial.computes |= self.computed_with[w]
+                partial.ops.append(name)
+                partial.load_efficiency = min(partial.load_efficiency, split)
+                final = kernel(sizes[w][1], stage + 1)
+                final.writes.append(w)
+                final.ops.append(name)
+                ready[w] = stage + 1
+                continue
+            k = kernel(space, stage)
             k.writes.append(w)
             k.reads |= self.reads[w]
-            k.ops.append(w.target.__name__)
+            k.computes |= self.computed_with[w]
+            k.ops.append(name)
+            ready[w] = stage
         for k in kernels.values():
             k.reads -= set(k.writes)  # what a kernel stores it does not load back
             nbytes = sum(sizes[w][0] for w in k.writes)
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
-            self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes)
+            math = sum(generated_math_flops(self.info[n].name, sizes[n][1]) for n in k.computes
+                       if self.info[n] is not None and n in sizes)
+            self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes,
+                                             math, k.load_efficiency)
+
+
+    def _split_reduction(self, node: torch.fx.Node, input_numel: int, sizes: dict) -> float | None:
+        """None where Inductor runs this reduction in one pass; where it splits it in two
+        (torch/_inductor/choices.py, reduction_split_factor: fewer outputs than twice the SMs,
+        each over more than 8,192 elements), the share of the memory curve its partial pass's
+        loads reach (cost/roofline.py split_reduction_plan)."""
+        info = self.info[node]
+        if info is None or info.op_class != "reduction":
+            return None
+        outputs = max(sizes[node][1], 1)
+        splits, aligned = split_reduction_plan(input_numel // outputs, outputs, self.sim.gpu.sm_count,
+                                               self._itemsize(node, sizes))
+        if splits <= 1:
+            return None
+        return 1.0 if aligned else MISALIGNED_SPLIT_EFFICIENCY
+
+    @staticmethod
+    def _itemsize(node: torch.fx.Node, sizes: dict) -> int:
+        known = [sizes[i] for i in node.all_input_nodes if i in sizes and sizes[i][1]]
+        if not known:
+            return 2
+        nbytes, numel = max(known, key=lambda bn: bn[1])
+        return max(1, nbytes // numel)
 
 
 class CudaGraphTree:

@@ -227,9 +227,15 @@ class PhantomMode(FakeTensorMode):
             # CPU build cannot) and answer a read with a data-dependent error. Decomposed here,
             # as the dispatcher does with autograd on, the parts come back to this handler as
             # the copy and the read phantom handles (the mode is re-entered: inside its
-            # handler it is off).
+            # handler it is off). The way here, and into the decomposition, is phantom's:
+            # a real run decomposes in C++ before any handler, so the script's gap ends at
+            # this entry and the parts' gaps start where the decomposition begins (else
+            # every linear of an inference_mode forward was charged a handler's Python).
+            sim.begin_op(func, dispatched=True)
             with self:
+                sim.end_op()
                 decomposed = func.decompose(*args, **kwargs)
+            sim.end_op()
             if decomposed is not NotImplemented:
                 return decomposed
         if not _touches_cuda(args, kwargs):
