@@ -65,6 +65,33 @@ def _rowwise_cast(x):
     return (x.float() * scale).clamp(-448.0, 448.0).to(F8), scale.reciprocal()
 
 
+def _colwise_cast(x):
+    """A rowwise recipe's operand for the transposed GEMM: a scale per column, the float8
+    copy column-major (an outer reduction its cast consumes)."""
+    amax = torch.amax(torch.abs(x), dim=0, keepdim=True).float()
+    scale = 448.0 / amax.clamp(min=1e-12)
+    return (x.float() * scale).clamp(-448.0, 448.0).to(F8).t().contiguous().t(), scale.reciprocal()
+
+
+def _rowwise_cast_pow2(x):
+    """The rowwise recipe's scales rounded down to a power of two (torchao's
+    round_scales_to_power_of_2)."""
+    amax = torch.amax(torch.abs(x), dim=-1, keepdim=True).float()
+    scale = torch.exp2(torch.floor(torch.log2(448.0 / amax.clamp(min=1e-12))))
+    return (x.float() * scale).clamp(-448.0, 448.0).to(F8), scale.reciprocal()
+
+
+def _cast_gelu(x, scale):
+    return (F.gelu(x).float() * scale).clamp(-448.0, 448.0).to(F8)
+
+
+def _scale_and_cast_gelu(x):
+    y = F.gelu(x)
+    amax = torch.amax(torch.abs(y)).float()
+    scale = 448.0 / amax.clamp(min=1e-12)
+    return (y.float() * scale).clamp(-448.0, 448.0).to(F8), scale.reciprocal()
+
+
 # Math-heavy pointwise ops (the ones whose instruction count per element can exceed what the
 # memory traffic hides), each alone (reads 2 and writes 2 bytes an element) and under a
 # whole-tensor amax (reads 2 bytes an element, writes nothing): the second exposes the math.
@@ -100,6 +127,10 @@ CASES = {
     "cast.fp8_t": (_cast_fp8_t, True, lambda n: 3 * n),
     "scaled_cast.tensorwise": (_scale_and_cast, False, lambda n: 3 * n),
     "scaled_cast.rowwise": (_rowwise_cast, False, lambda n: 3 * n),
+    "scaled_cast.colwise": (_colwise_cast, False, lambda n: 3 * n),
+    "scaled_cast.rowwise_pow2": (_rowwise_cast_pow2, False, lambda n: 3 * n),
+    "cast.fp8_gelu": (_cast_gelu, True, lambda n: 3 * n),
+    "scaled_cast.tensorwise_gelu": (_scale_and_cast_gelu, False, lambda n: 3 * n),
 }
 for _name, _op in MATH_OPS.items():
     CASES[f"math.{_name}"] = (_math_case(_op), False, lambda n: 4 * n)

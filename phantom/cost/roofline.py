@@ -205,9 +205,13 @@ def _generated_math_table() -> dict[str, float]:
         return {}
 
 
-def generated_math_flops(op_name: str, numel: int) -> float:
-    """FLOP-equivalents a generated kernel spends computing `op_name` over `numel` elements."""
-    per = _generated_math_table().get(op_name.split(".")[0])
+def generated_math_flops(op_name: str, numel: int, dtype: torch.dtype | None = None) -> float:
+    """FLOP-equivalents a generated kernel spends computing `op_name` over `numel` elements
+    (`dtype`: the value's; a conversion to float8 is "to_float8")."""
+    name = op_name.split(".")[0]
+    if dtype in FP8_DTYPES and name in ("convert_element_type", "_to_copy"):
+        name = "to_float8"
+    per = _generated_math_table().get(name)
     return per * numel if per else 0.0
 
 

@@ -58,6 +58,8 @@ STORED_CLASSES = frozenset({"reduction", "norm", "softmax", "random"})
 # the value is stored once and read back.
 REALIZE_READS, REALIZE_ACC_READS, REALIZE_OPCOUNT = 4, 8, 30
 REDUCING_CLASSES = frozenset({"reduction", "norm", "softmax"})
+# Elements a row up to which Inductor keeps an inner reduction's row in registers (one pass).
+PERSISTENT_REDUCTION_MAX = 1024
 # Indexed loads: a generated kernel reads what it gathers, not the whole source.
 GATHERING_OPS = GATHER_OPS | {"embedding"}
 
@@ -88,6 +90,11 @@ def node_role(node: torch.fx.Node, info: OpInfo | None) -> str:
     return FUSED if info.op_class in FUSABLE_CLASSES else EXTERN
 
 
+def _dtype(node: torch.fx.Node) -> torch.dtype | None:
+    val = node.meta.get("val")
+    return val.dtype if isinstance(val, torch.Tensor) else None
+
+
 def _nbytes(value: Any) -> int:
     return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
 
@@ -104,6 +111,7 @@ class GeneratedKernel:
     reads: set[torch.fx.Node]
     ops: list[str]
     computes: set[torch.fx.Node] = dataclasses.field(default_factory=set)  # nodes it evaluates
+    looped: list[torch.fx.Node] = dataclasses.field(default_factory=list)  # its looped row reductions
     load_efficiency: float = 1.0  # share of the memory curve its loads reach
 
 
@@ -307,13 +315,23 @@ class GraphRunner:
             k.reads |= self.reads[w]
             k.computes |= self.computed_with[w]
             k.ops.append(name)
-            ready[w] = stage
+            if self._looped_row_reduction(w, space, sizes):
+                k.looped.append(w)
+            # an outer reduction (over rows, not along them) cannot hand its result to a
+            # consumer over its input in the same loop: that consumer runs after it
+            ready[w] = stage + 1 if self._outer_reduction(w) else stage
         for k in kernels.values():
             k.reads -= set(k.writes)  # what a kernel stores it does not load back
             nbytes = sum(sizes[w][0] for w in k.writes)
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
-            math = sum(generated_math_flops(self.info[n].name, sizes[n][1]) for n in k.computes
+            math = sum(generated_math_flops(self.info[n].name, sizes[n][1], _dtype(n)) for n in k.computes
                        if self.info[n] is not None and n in sizes)
+            if k.looped and len(k.writes) > len(k.looped):
+                # a looped reduction's consumers in the same kernel run in a second loop over
+                # the rows, which evaluates the inlined chain again
+                again = set().union(*(self.computed_with[w] for w in k.looped))
+                math += sum(generated_math_flops(self.info[n].name, sizes[n][1], _dtype(n)) for n in again
+                            if self.info[n] is not None and n in sizes)
             self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes,
                                              math, k.load_efficiency)
 
@@ -332,6 +350,30 @@ class GraphRunner:
         if splits <= 1:
             return None
         return 1.0 if aligned else MISALIGNED_SPLIT_EFFICIENCY
+
+    def _looped_row_reduction(self, node: torch.fx.Node, input_numel: int, sizes: dict) -> bool:
+        """A row reduction too long for one pass in registers (Inductor's persistent-reduction
+        threshold for inner reductions, 1,024 elements, torch/_inductor/choices.py): its kernel
+        loops over each row, and a consumer fused with it loops over the row again."""
+        info = self.info[node]
+        if info is None or info.op_class not in REDUCING_CLASSES or self._outer_reduction(node):
+            return False
+        outputs = max(sizes[node][1], 1) if node in sizes else 1
+        return input_numel // outputs > PERSISTENT_REDUCTION_MAX
+
+    def _outer_reduction(self, node: torch.fx.Node) -> bool:
+        """A reduction that leaves the innermost dimension (amax over dim 0: the per-column
+        scales of a rowwise float8 recipe's transposed operand). On the H100 its cast ran as a
+        second kernel re-reading the input (475 us against 273 for the per-row version,
+        bench/kernels/results/inductor_cast_H100.json)."""
+        info = self.info[node]
+        if info is None or info.op_class != "reduction" or len(node.args) < 2:
+            return False
+        source, dims = node.args[0], node.args[1]
+        rank = len(source.meta["val"].shape) if isinstance(source, torch.fx.Node) and "val" in source.meta else None
+        if not rank or not isinstance(dims, (list, tuple)) or not dims:
+            return False
+        return all(isinstance(d, int) for d in dims) and (rank - 1) not in {d % rank for d in dims}
 
     @staticmethod
     def _itemsize(node: torch.fx.Node, sizes: dict) -> int:
