@@ -175,3 +175,19 @@ def test_a_misaligned_split_reduction_loads_slower():
     assert runner._split_reduction(node, x.numel(), sizes) == MISALIGNED_SPLIT_EFFICIENCY
     small = {i: (4096 * 8192 * 2, 4096 * 8192) for i in node.all_input_nodes} | {node: (2, 1)}
     assert runner._split_reduction(node, 4096 * 8192, small) == 1.0
+
+
+def test_an_outer_reduction_hands_its_result_to_a_later_kernel():
+    """Per-column scales (amax over dim 0) and the cast that uses them: two kernels, the cast
+    re-reading x, as Inductor ran it on the H100 (inductor_cast_H100.json, colwise)."""
+    x = torch.randn(2048, 512)
+
+    def colwise(x):
+        amax = torch.amax(torch.abs(x), dim=0, keepdim=True)
+        return x / amax
+
+    runner, sim = _runner(colwise, x)
+    torch.testing.assert_close(runner([x]), colwise(x))
+    nbytes = x.numel() * 4
+    assert len(sim.kernels) == 2
+    assert sorted(b for _, b in sim.kernels)[1] >= 2 * nbytes  # the cast: x again, its output
