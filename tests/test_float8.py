@@ -110,3 +110,49 @@ def test_torchao_float8_training_runs_compiled_and_beats_bf16(run_script):
         times[recipe] = float(proc.stdout.strip().splitlines()[-1].split()[2])
     # float8 GEMMs at twice the rate, their casts on top: faster than bf16 at these sizes
     assert times["tensorwise"] < times["none"] and times["rowwise"] < times["none"]
+
+
+def test_is_pinned_is_a_query_not_a_kernel():
+    from phantom.cost.roofline import classify
+
+    assert classify(aten.is_pinned.default).op_class is None
+
+
+@pytest.mark.skipif(not HAS_TORCHAO, reason="torchao is not installed (pip install -e '.[float8]')")
+def test_fsdp2_float8_all_gather_runs_on_two_ranks(run_script):
+    """torchao's float8 weights all-gathered by FSDP2 in float8 (enable_fsdp_float8_all_gather),
+    compiled, with the per-step scale precompute: the recipe torchtitan's float8 rows used."""
+    proc, report = run_script(
+        """
+        import os, time, torch, torch.nn as nn, torch.distributed as dist
+        from torch.distributed.fsdp import fully_shard
+        from torchao.float8 import (Float8LinearConfig, convert_to_float8_training,
+                                    precompute_float8_dynamic_scale_for_fsdp)
+        dist.init_process_group("nccl")
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        model = nn.Sequential(*[nn.Sequential(nn.Linear(1024, 4096, bias=False), nn.GELU(),
+                                              nn.Linear(4096, 1024, bias=False)) for _ in range(2)]).cuda()
+        convert_to_float8_training(model, config=Float8LinearConfig(enable_fsdp_float8_all_gather=True))
+        for block in model:
+            fully_shard(block)
+        fully_shard(model)
+        model = torch.compile(model)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16)
+        for step in range(3):
+            with torch.autocast("cuda", torch.bfloat16):
+                y = model(x)
+            y.float().pow(2).mean().backward()
+            opt.step(); opt.zero_grad()
+            precompute_float8_dynamic_scale_for_fsdp(model)
+        torch.cuda.synchronize()
+        print("done", dist.get_rank())
+        dist.destroy_process_group()
+        """,
+        "--nproc-per-node", "2", "--gpu", "H100",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "done 0" in proc.stdout
+    ops = {o["op"] for o in report["top_ops"]}
+    assert "_scaled_mm.default" in ops and "is_pinned.default" not in ops
+    assert report["distributed"] is not None

@@ -59,6 +59,8 @@ KERNELLESS = frozenset({
     "_functional_sym_constrain_range", "_functional_sym_constrain_range_for_size", "_make_dep_token",
     "_nested_tensor_size", "_nested_tensor_strides", "_has_same_storage_numel", "_version",
     "_conj", "_neg_view", "view", "_unsafe_view_copy",
+    # a query (FSDP2's float8 all-gather path asks it of device tensors): was charged a kernel
+    "is_pinned",
 })
 # Composite ops that alias when they can and copy when they must (reached only when a trace
 # stops above decomposition): a kernel iff the output is a fresh tensor.
