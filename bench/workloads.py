@@ -79,6 +79,8 @@ PATTERNS: dict[str, tuple[str, list[str], int]] = {
     "float8-rowwise-compile": ("bench/patterns/float8.py", ["--recipe", "rowwise"], 1),
     "float8-rowwise-gw-hp-compile": ("bench/patterns/float8.py", ["--recipe", "rowwise_with_gw_hp"], 1),
     "float8-tensorwise-eager": ("bench/patterns/float8.py", ["--recipe", "tensorwise", "--eager"], 1),
+    "float8-fsdp2-allgather": ("bench/patterns/float8_dist.py", ["--parallel", "fsdp"], 2),
+    "float8-tp": ("bench/patterns/float8_dist.py", ["--parallel", "tp"], 2),
 }
 
 
