@@ -155,7 +155,6 @@ def kernel_us(fn, args, calls: int = 20) -> tuple[float, int]:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3 / calls)
-    kernels = 0
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn(*args)
         torch.cuda.synchronize()

@@ -142,9 +142,9 @@ def scaled_mm_case(m: int, n: int, k: int) -> Case:
 def scaled_mm_scaled_case(m: int, n: int, k: int, scaling: str, b_dtype: torch.dtype | None = None,
                           tag: str = "") -> Case:
     """torch._scaled_mm as float8 training calls it (torchao, torchtitan): A[M,K] row-major,
-    B[K,N] column-major, bf16 out; `scaling` "tensorwise" (one fp32 scale per operand:
-    cuBLASLt) or "rowwise" (a scale per row of A and per column of B: CUTLASS). `b_dtype`
-    e5m2 for a gradient operand."""
+    B[K,N] column-major, bf16 out; `scaling` "tensorwise" (one fp32 scale per operand) or
+    "rowwise" (a scale per row of A and per column of B). `b_dtype` e5m2 for a gradient
+    operand."""
     f8 = torch.float8_e4m3fn
     fb = b_dtype or f8
 

@@ -331,9 +331,9 @@ def gemm_residual(res: Any, batch: int, m: int, n: int, k: int, align_bytes: int
 
 
 # Curves that run at another precision's tensor-core peak: a row-wise scaled float8 GEMM
-# (torch._scaled_mm with a scale per row of A and per column of B) is a CUTLASS kernel with its
-# own efficiency, 5-15% below cuBLASLt's tensor-wise one at training sizes on the H100
-# (bench/kernels/results/sweep_fp8_H100.json).
+# (torch._scaled_mm with a scale per row of A and per column of B; cuBLASLt's outer-vector-scaled
+# kernels in torch 2.11's profile) has its own efficiency, 5-15% below the tensor-wise one at
+# training sizes on the H100 (bench/kernels/results/sweep_fp8_H100.json).
 _PEAK_PRECISION = {"fp8_rowwise": "fp8"}
 
 

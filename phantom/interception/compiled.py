@@ -150,6 +150,7 @@ class GraphRunner:
         self.input_space = {w for ws in self.group_writes.values() for w in ws
                             if w.target is torch.ops.aten.copy_.default
                             or self.info[w].op_class in REDUCING_CLASSES}
+        self.outer_reductions = {n for n in self.group_of if self._is_outer_reduction(n)}
         self.rng_hops = _rng_hops()
 
     def _groups(self) -> dict[torch.fx.Node, int]:
@@ -319,22 +320,23 @@ class GraphRunner:
                 k.looped.append(w)
             # an outer reduction (over rows, not along them) cannot hand its result to a
             # consumer over its input in the same loop: that consumer runs after it
-            ready[w] = stage + 1 if self._outer_reduction(w) else stage
+            ready[w] = stage + 1 if w in self.outer_reductions else stage
         for k in kernels.values():
             k.reads -= set(k.writes)  # what a kernel stores it does not load back
             nbytes = sum(sizes[w][0] for w in k.writes)
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
-            math = sum(generated_math_flops(self.info[n].name, sizes[n][1], _dtype(n)) for n in k.computes
-                       if self.info[n] is not None and n in sizes)
+            math = self._math(k.computes, sizes)
             if k.looped and len(k.writes) > len(k.looped):
                 # a looped reduction's consumers in the same kernel run in a second loop over
                 # the rows, which evaluates the inlined chain again
-                again = set().union(*(self.computed_with[w] for w in k.looped))
-                math += sum(generated_math_flops(self.info[n].name, sizes[n][1], _dtype(n)) for n in again
-                            if self.info[n] is not None and n in sizes)
+                math += self._math(set().union(*(self.computed_with[w] for w in k.looped)), sizes)
             self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes,
                                              math, k.load_efficiency)
 
+    def _math(self, nodes: set[torch.fx.Node], sizes: dict) -> float:
+        """FLOP-equivalents of evaluating `nodes` (cost.roofline.generated_math_flops)."""
+        return sum(generated_math_flops(self.info[n].name, sizes[n][1], _dtype(n)) for n in nodes
+                   if self.info[n] is not None and n in sizes)
 
     def _split_reduction(self, node: torch.fx.Node, input_numel: int, sizes: dict) -> float | None:
         """None where Inductor runs this reduction in one pass; where it splits it in two
@@ -356,12 +358,11 @@ class GraphRunner:
         threshold for inner reductions, 1,024 elements, torch/_inductor/choices.py): its kernel
         loops over each row, and a consumer fused with it loops over the row again."""
         info = self.info[node]
-        if info is None or info.op_class not in REDUCING_CLASSES or self._outer_reduction(node):
+        if info is None or info.op_class not in REDUCING_CLASSES or node in self.outer_reductions:
             return False
-        outputs = max(sizes[node][1], 1) if node in sizes else 1
-        return input_numel // outputs > PERSISTENT_REDUCTION_MAX
+        return input_numel // max(sizes[node][1], 1) > PERSISTENT_REDUCTION_MAX
 
-    def _outer_reduction(self, node: torch.fx.Node) -> bool:
+    def _is_outer_reduction(self, node: torch.fx.Node) -> bool:
         """A reduction that leaves the innermost dimension (amax over dim 0: the per-column
         scales of a rowwise float8 recipe's transposed operand). On the H100 its cast ran as a
         second kernel re-reading the input (475 us against 273 for the per-row version,
