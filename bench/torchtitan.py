@@ -43,7 +43,7 @@ ENTRY = "bench/torchtitan_entry.py"
 PRESETS = ["--module", "examples.torchtitan"]
 # torchtitan's step line: "step:  5  loss: ... memory: 81.47GiB(85.60%)  tps: 5,779  tflops: 334.68  mfu: 33.84%"
 STEP_RE = re.compile(r"step:\s*(\d+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\).*?tps:\s*([\d,]+)"
-                     r".*?tflops:\s*([\d.]+).*?mfu:\s*([\d.]+)%")
+                     r".*?tflops:\s*([\d.]+).*?mfu:\s*(N/A|[\d.]+%)")  # N/A with float8 (no single peak)
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 OOM_RE = re.compile(r"OutOfMemoryError|CUDA out of memory")
 
@@ -105,18 +105,36 @@ class Row:
 # (the script says which); the April 13B and 8B tomls set the fused norm, the others the Python one.
 TT2024 = str(Path(__file__).resolve().parent / "torchtitan_2024.py")
 FUSED_NORM = ("--rmsnorm=fused",)
-H100_SRC = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Dec 2024), Tables 1 and 3"
+COMPILE_2024 = ("--compile.enable", "--compile.components", "model")
+H100_SRC = "torchtitan benchmarks/llama3_h100_202412_torchtitan.md (Dec 2024), Tables 1-3"
+H200_SRC = "torchtitan benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md (June 2025)"
 A100_SRC = "torchtitan docs/performance.md (April 2024), 64x A100 80GB, FSDP"
 ROWS = [
     Row("8B-fsdp8-h100", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 5762, 82.4,
         entry=TT2024),
     Row("8B-fsdp128-h100", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 5605, 67.0,
         entry=TT2024),
-    # The same two with torch.compile (each transformer block, as 9dec370's apply_compile)
+    # The same two with torch.compile: each transformer block, as 9dec370's apply_compile, and
+    # not the loss (9dec370's train.py has `loss_fn = torch.compile(loss_fn)` commented out;
+    # 0.3.0 compiles both by default, and a compiled loss never holds the fp32 logits)
     Row("8B-fsdp8-h100-compile", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 6667, 77.0,
-        extra=("--compile.enable",), entry=TT2024),
+        extra=COMPILE_2024, entry=TT2024),
     Row("8B-fsdp128-h100-compile", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective", 6514,
-        62.0, extra=("--compile.enable",), entry=TT2024),
+        62.0, extra=COMPILE_2024, entry=TT2024),
+    # ... and with float8 (tensorwise, FSDP float8 all-gather, precomputed scales: the script says why)
+    Row("8B-fsdp8-h100-compile-float8", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 2, "selective", 8532,
+        76.8, extra=COMPILE_2024, entry=TT2024, entry_args=("--float8",)),
+    Row("8B-fsdp128-h100-compile-float8", H100_SRC, "llama3_8b", "H100-96GB", 16, "h100-ib", 2, "selective",
+        8380, 61.8, extra=COMPILE_2024, entry=TT2024, entry_args=("--float8",)),
+    # Table 2's first row: one 32k-token sequence per GPU, full AC (FSDP 8, no context parallelism)
+    Row("8B-fsdp8-h100-seq32k-full-compile-float8", H100_SRC, "llama3_8b", "H100-96GB", 1, None, 1, "full",
+        3890, 83.9, seq_len=32768, extra=COMPILE_2024, entry=TT2024, entry_args=("--float8",)),
+    # Llama 3.1 8B on 4 and 8 nodes of 8 x H200, compiled blocks and loss, float8 with FSDP float8
+    # all-gather (torchtitan e7c0cae, June 2025)
+    Row("8B-fsdp32-h200-compile-float8", H200_SRC, "llama3_8b", "H200", 4, "h200-ib", 2, "selective", 10938,
+        47.96, extra=("--compile.enable",), entry=TT2024, entry_args=("--june-2025", "--float8")),
+    Row("8B-fsdp64-h200-compile-float8", H200_SRC, "llama3_8b", "H200", 8, "h200-ib", 2, "selective", 10753,
+        46.97, extra=("--compile.enable",), entry=TT2024, entry_args=("--june-2025", "--float8")),
     Row("llama2-13B-bs2-noac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "none", 2162, mfu=61.1,
         entry=TT2024, entry_args=FUSED_NORM),
     Row("llama2-13B-bs2-sac-a100", A100_SRC, "llama2_13b", "A100", 8, "a100-ib", 2, "selective", 1904, mfu=53.8,
@@ -148,6 +166,7 @@ class RealConfig:
     skip: int = 4  # steps left out of the median: compile/autotune of FlexAttention, warm-up
     gpus: int = 2
     model_2024: bool = False  # the 2024 Llama model code with the Python norm (bench/torchtitan_2024.py)
+    patch_args: tuple[str, ...] = ()  # that script's own flags (--float8, --june-2025)
 
     def torchtitan_args(self) -> list[str]:
         # CUDA graphs off on both sides: torchtitan 0.3.0 captures the step by default, which
@@ -185,6 +204,30 @@ REAL = [
     RealConfig("8B-5layers-1gpu-dec2024-sac-compile", ["--config", "llama3_8b_5layers",
                                                         "--compile.enable"], "selective",
                steps=40, skip=15, gpus=1, model_2024=True),
+    # The published Dec 2024 compile rows' setting (blocks compiled, the loss not: COMPILE_2024),
+    # in bf16 and in float8 (tensorwise, FSDP float8 all-gather on a 1-rank mesh), and the June
+    # 2025 H200 rows' (loss compiled too, e7c0cae's save list).
+    RealConfig("8B-5layers-1gpu-dec2024-sac-compile-model", ["--config", "llama3_8b_5layers",
+                                                              *COMPILE_2024], "selective",
+               steps=40, skip=15, gpus=1, model_2024=True),
+    RealConfig("8B-5layers-1gpu-dec2024-sac-compile-model-float8", ["--config", "llama3_8b_5layers",
+                                                                     *COMPILE_2024], "selective",
+               steps=40, skip=15, gpus=1, model_2024=True, patch_args=("--float8",)),
+    RealConfig("8B-5layers-1gpu-jun2025-sac-compile-float8", ["--config", "llama3_8b_5layers",
+                                                               "--compile.enable"], "selective",
+               steps=40, skip=15, gpus=1, model_2024=True, patch_args=("--june-2025", "--float8")),
+    # All 32 blocks under FSDP2 on 4 GPUs of one host, local batch 1: the published 8-GPU rows'
+    # setting (2024 code; blocks compiled, loss not; bf16 and float8) at a size a lent 4-GPU
+    # machine runs, to see whether their gap opens with more ranks on NVLink.
+    RealConfig("8B-fsdp4-bs1-sac-dec2024", ["--config", "llama3_8b", "--training.local_batch_size", "1"],
+               "selective", steps=20, skip=8, gpus=4, model_2024=True),
+    RealConfig("8B-fsdp4-bs1-sac-dec2024-compile-model", ["--config", "llama3_8b", "--training.local_batch_size",
+                                                          "1", *COMPILE_2024], "selective",
+               steps=20, skip=8, gpus=4, model_2024=True),
+    RealConfig("8B-fsdp4-bs1-sac-dec2024-compile-model-float8", ["--config", "llama3_8b",
+                                                                 "--training.local_batch_size", "1",
+                                                                 *COMPILE_2024], "selective",
+               steps=20, skip=8, gpus=4, model_2024=True, patch_args=("--float8",)),
     # All 32 blocks under FSDP2 on 2 GPUs (H200: ~100 GiB), eager and compiled: the published
     # compile rows' setting at a size one lent machine runs.
     RealConfig("8B-fsdp2-bs1-sac-dec2024", ["--config", "llama3_8b", "--training.local_batch_size", "1"],
@@ -209,7 +252,8 @@ class Result:
         if not steady:
             return {}
         return {"tps": statistics.median(s["tps"] for s in steady),
-                "mfu": statistics.median(s["mfu"] for s in steady),
+                "mfu": (statistics.median(s["mfu"] for s in steady)
+                        if all(s["mfu"] is not None for s in steady) else None),
                 "mem_gib": max(s["mem_gib"] for s in self.steps),
                 "steps_used": [s["step"] for s in steady]}
 
@@ -220,7 +264,7 @@ def parse_steps(output: str) -> list[dict]:
         if m := STEP_RE.search(line):
             steps.append({"step": int(m.group(1)), "mem_gib": float(m.group(2)),
                           "tps": float(m.group(4).replace(",", "")), "tflops": float(m.group(5)),
-                          "mfu": float(m.group(6))})
+                          "mfu": None if m.group(6) == "N/A" else float(m.group(6)[:-1])})
     return steps
 
 
@@ -284,7 +328,7 @@ def write_published(out: str, results: list[dict], auto: bool) -> None:
     write_json(out + ".json", {"rows": results, "ranks_auto": auto,
                                "not_expressible": NOT_EXPRESSIBLE})
     lines = ["# TorchTitan published rows under phantom", "",
-             "Sources: " + H100_SRC + "; " + A100_SRC + ". TPS = tokens/s per GPU; memory = "
+             "Sources: " + H100_SRC + "; " + H200_SRC + "; " + A100_SRC + ". TPS = tokens/s per GPU; memory = "
              "torchtitan's logged peak reserved memory (GiB). Simulated: median of steps 3+ of "
              "torchtitan's own step lines.", "",
              "| row | GPUs | GPU preset | published TPS | sim TPS | error | published mem | sim mem | "
@@ -376,7 +420,7 @@ def cmd_real(args: argparse.Namespace) -> None:
     rows = []
     for cfg in selected(args.configs):
         smi = start_smi_log(f"{args.out}.{cfg.name}.smi.csv") if args.smi else None
-        patches = ["--patches", TT2024] if cfg.model_2024 else []
+        patches = ["--patches", TT2024, *cfg.patch_args] if cfg.model_2024 else []
         cmd = [*torchrun_cmd(cfg.gpus), ENTRY, *patches, "--dump_folder", args.dump,
                *cfg.torchtitan_args()]
         res = run(cmd, args.timeout, args.log)
@@ -392,7 +436,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
     real = {r["name"]: r for r in json.loads(Path(args.real).read_text())["results"]} if args.real else {}
     rows = []
     for cfg in selected(args.configs):
-        target = [TT2024] if cfg.model_2024 else ["-m", "torchtitan.train"]
+        target = [TT2024, *cfg.patch_args] if cfg.model_2024 else ["-m", "torchtitan.train"]
         cmd = [*phantom, "run", "--nproc-per-node", str(cfg.gpus), "--gpu", args.gpu, *target,
                "--dump_folder", args.dump, *cfg.torchtitan_args()]
         res = run(cmd, args.timeout, args.log)

@@ -30,6 +30,20 @@ launches other kernels than 0.3.0's for the same model, the same way in April an
     embeddings and [norm, output] as units of their own (the output's is prefetched, its
     reduce-scatter overlaps the backward).
 
+With `--float8` (a flag of this script, before torchtitan's), the blocks' Linears train in float8
+as 9dec370's Float8Handler set them up for the published "+ Float8" rows (docs/float8.md there:
+`--float8.enable_float8_linear --float8.enable_fsdp_float8_all_gather
+--float8.precompute_float8_dynamic_scale_for_fsdp`): torchao's tensorwise dynamic scaling on
+every Linear but the output, the weights all-gathered by FSDP in float8, and their scales
+computed for all parameters at once after each optimizer step. torchtitan 0.3.0's converter
+offers rowwise recipes only, and builds Float8Linear from its config, which leaves the float8
+all-gather off (torchao wraps the weight only in `Float8Linear.from_float`).
+
+`--june-2025` (before `--float8`) takes the blocks back to torchtitan e7c0cae (2025-06-13)
+instead, the code of the H200 rows in benchmarks/llama3-8b_h200_202506_trainy-whitefiber.md:
+the same attention, FSDP units and float8 set-up, with torch's nn.RMSNorm (0.3.0's) and a save
+list without abs. Those runs compiled the loss too (0.3.0's default), as 9dec370 did not.
+
 This entry point gives 0.3.0's Llama those four, and nothing else changes: it is
 `python -m torchtitan.train` with the same flags, under phantom or for real (run by
 `bench/torchtitan_entry.py --patches`, it installs them with the Python norm). The dataloader still
@@ -63,6 +77,10 @@ from torchtitan.models.llama3 import parallelize as llama3_parallelize  # noqa: 
 from torchtitan.models.common import nn_modules  # noqa: E402
 from torchtitan.models.common.attention import ScaledDotProductAttention  # noqa: E402
 from torch.utils.checkpoint import CheckpointPolicy  # noqa: E402
+from torchtitan.components.optimizer import OptimizersContainer  # noqa: E402
+from torchtitan.models.common.linear import Linear  # noqa: E402
+
+_FLOAT8 = False  # --float8 (install)
 
 
 def _rmsnorm_2024(self, x: torch.Tensor) -> torch.Tensor:
@@ -101,7 +119,79 @@ def _build_layers_2024(**kwargs):
     layers = _build_layers_0_3(**kwargs)
     for layer in layers:
         layer.attention.inner_attention = ScaledDotProductAttention.Config()
+        if _FLOAT8:
+            _to_float8_2024(layer)
     return layers
+
+
+def _to_float8_2024(block_config) -> None:
+    """9dec370's `convert_to_float8_training(model, config, module_filter_fn=lambda mod, fqn:
+    fqn != "output")` for one block's config: tensorwise dynamic scaling (torchao's default),
+    float8 all-gather for FSDP."""
+    from torchao.float8 import Float8LinearConfig
+    from torchtitan.components.quantization.float8 import Float8Linear
+
+    torchao_config = Float8LinearConfig(enable_fsdp_float8_all_gather=True)
+    for _, linear, parent, attr in list(block_config.traverse(Linear.Config)):
+        new = Float8Linear.Config(in_features=linear.in_features, out_features=linear.out_features,
+                                  bias=linear.bias, param_init=linear.param_init,
+                                  _torchao_config=torchao_config)
+        if isinstance(parent, list):
+            parent[attr] = new
+        else:
+            setattr(parent, attr, new)
+
+
+def _wrap_float8_weights(model: torch.nn.Module) -> None:
+    """What `Float8Linear.from_float` does last with FSDP float8 all-gather on: the weight becomes
+    torchao's WeightWithDynamicFloat8CastTensor, which FSDP2 all-gathers as float8 bytes."""
+    from torchao.float8.float8_linear import Float8Linear as TorchAOFloat8Linear
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    for module in model.modules():
+        if (isinstance(module, TorchAOFloat8Linear) and module.config.enable_fsdp_float8_all_gather
+                and not isinstance(module.weight, WeightWithDynamicFloat8CastTensor)):
+            module.weight = torch.nn.Parameter(
+                WeightWithDynamicFloat8CastTensor(module.weight, module.linear_mm_config,
+                                                  module.config.cast_config_weight.target_dtype),
+                requires_grad=module.weight.requires_grad)
+
+
+def _let_dtensor_rng_reach_float8_weights() -> None:
+    """torchtitan 0.3.0 initialises the weights after FSDP has made them DTensors, and DTensor's
+    random ops (the weights' `trunc_normal_`) run through torch's `run_dtensor_rng_op`
+    higher-order op, which has no rule for torchao's weight subclass (torch raises "no rule
+    registered for HOP run_dtensor_rng_op"). In 2024 the op did not exist. The rule: run the
+    random op on the plain tensor the subclass wraps."""
+    from torch._prims import rng_prims
+    from torchao.float8.fsdp_utils import WeightWithDynamicFloat8CastTensor
+
+    hop = getattr(rng_prims, "run_dtensor_rng_op", None)
+    if hop is None or WeightWithDynamicFloat8CastTensor in hop.python_key_table:
+        return
+
+    def unwrap(x):
+        return x._tensor if isinstance(x, WeightWithDynamicFloat8CastTensor) else x
+
+    @hop.py_impl(WeightWithDynamicFloat8CastTensor)
+    def _on_inner_tensor(start_offset_incr, end_offset_incr, op, *args, **kwargs):
+        return hop(start_offset_incr, end_offset_incr, op, *map(unwrap, args),
+                   **{k: unwrap(v) for k, v in kwargs.items()})
+
+
+_optimizers_step_0_3 = OptimizersContainer.step
+
+
+def _step_then_precompute_scales(self, *args, **kwargs):
+    """9dec370's train loop: `optimizers.step(); lr_schedulers.step();
+    float8_handler.precompute_float8_dynamic_scale_for_fsdp(model_parts)`: one all-reduce of
+    every float8 weight's amax for the next step's all-gathers."""
+    from torchao.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+    out = _optimizers_step_0_3(self, *args, **kwargs)
+    for part in self.model_parts:
+        precompute_float8_dynamic_scale_for_fsdp(part)
+    return out
 
 
 _SAVE_LIST_2024 = (
@@ -114,8 +204,11 @@ _SAVE_LIST_2024 = (
 )
 
 
+_SAVE_LIST = _SAVE_LIST_2024  # install(june_2025=True): e7c0cae's, without abs
+
+
 def _save_ops_2024() -> dict:
-    return {op: CheckpointPolicy.MUST_SAVE for op in _SAVE_LIST_2024}
+    return {op: CheckpointPolicy.MUST_SAVE for op in _SAVE_LIST}
 
 
 _apply_fsdp_0_3 = llama3_parallelize.apply_fsdp_to_decoder
@@ -127,6 +220,12 @@ def _apply_fsdp_2024(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_
     if cpu_offload or options.get("dp_mesh_dims") is not None or options.get("enable_symm_mem"):
         return _apply_fsdp_0_3(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled,
                                cpu_offload, **options)
+    if _FLOAT8:
+        if model.layers and any(isinstance(p, torch.distributed.tensor.DTensor)
+                                for p in next(iter(model.layers.values())).parameters()):
+            raise SystemExit("torchtitan_2024.py --float8: tensor parallelism needs 9dec370's "
+                             "float8 TP styles, which this script does not reproduce")
+        _wrap_float8_weights(model)
     config = {"mesh": dp_mesh,
               "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)}
     n_layers = len(model.layers)
@@ -138,9 +237,17 @@ def _apply_fsdp_2024(model, dp_mesh, param_dtype, reduce_dtype, pp_enabled, cpu_
     disable_fsdp_gradient_division(model)
 
 
-def install(rmsnorm: str = "python") -> None:
+def install(rmsnorm: str = "python", float8: bool = False, june_2025: bool = False) -> None:
+    global _FLOAT8, _SAVE_LIST
     if rmsnorm not in ("python", "fused"):
         raise SystemExit(f"torchtitan_2024.py: --rmsnorm={rmsnorm}: expected python or fused")
+    _FLOAT8 = float8
+    if june_2025:
+        rmsnorm = "fused"  # e7c0cae's blocks use torch's nn.RMSNorm, as 0.3.0 does
+        _SAVE_LIST = tuple(op for op in _SAVE_LIST_2024 if op != torch.ops.aten.abs.default)
+    if float8:
+        OptimizersContainer.step = _step_then_precompute_scales
+        _let_dtensor_rng_reach_float8_weights()
     if rmsnorm == "python":
         nn_modules.RMSNorm.forward = _rmsnorm_2024
     ScaledDotProductAttention.forward = _sdpa_2024
@@ -149,11 +256,26 @@ def install(rmsnorm: str = "python") -> None:
     llama3_parallelize.apply_fsdp_to_decoder = _apply_fsdp_2024
 
 
+def take_own_flags(args: list[str]) -> list[str]:
+    """Install the patches with this script's own leading flags (`--rmsnorm=python|fused`,
+    `--float8`); return torchtitan's flags, the rest."""
+    args = list(args)
+    norm, float8, june_2025 = "python", False, False
+    while args and args[0].startswith(("--rmsnorm=", "--float8", "--june-2025")):
+        flag = args.pop(0)
+        if flag == "--float8":
+            float8 = True
+        elif flag == "--june-2025":
+            june_2025 = True
+        elif flag.startswith("--rmsnorm="):
+            norm = flag.partition("=")[2]
+        else:
+            raise SystemExit(f"torchtitan_2024.py: unknown flag {flag}")
+    install(norm, float8, june_2025)
+    return args
+
+
 if _RUN_AS_SCRIPT:
-    args = sys.argv[1:]
-    norm = args.pop(0).partition("=")[2] if args[:1] and args[0].startswith("--rmsnorm=") else "python"
-    install(norm)
-    sys.argv = [sys.argv[0], *args]
+    sys.argv = [sys.argv[0], *take_own_flags(sys.argv[1:])]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
-elif __name__ == "torchtitan_patches":  # bench/torchtitan_entry.py --patches
-    install()
+# bench/torchtitan_entry.py --patches calls take_own_flags

@@ -118,7 +118,7 @@ def main() -> None:
         module = importlib.util.module_from_spec(spec)
         sys.modules["torchtitan_patches"] = module
         spec.loader.exec_module(module)
-        args = args[2:]
+        args = module.take_own_flags(args[2:]) if hasattr(module, "take_own_flags") else args[2:]
     sys.argv = ["torchtitan.train", *args]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
 
