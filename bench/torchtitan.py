@@ -488,10 +488,10 @@ def cmd_list(args: argparse.Namespace) -> None:
     print("published rows:")
     for r in ROWS:
         print(f"  {r.name:28} {r.gpus:4d} x {r.gpu:10} {'OOM' if r.tps is None else r.tps:>6}  "
-              f"{' '.join(r.torchtitan_args())}")
+              f"{' '.join([*r.entry_args, *r.torchtitan_args()])}")
     print("real/sim configs:")
     for c in REAL:
-        print(f"  {c.name:28} {c.gpus} GPU{'s' if c.gpus > 1 else ''}{' (2024 model code)' if c.model_2024 else ''}"
+        print(f"  {c.name:28} {c.gpus} GPU{'s' if c.gpus > 1 else ''}{' (2024 model code' + ''.join(' ' + f for f in c.patch_args) + ')' if c.model_2024 else ''}"
               f"  {' '.join(c.torchtitan_args())}")
 
 
