@@ -38,11 +38,15 @@ def summarise_segments(segments: list[dict]) -> dict:
         s["segments"] += 1
         s["total"] += seg["total_size"]
         s["allocated"] += seg["allocated_size"]
+        addr = seg.get("address", 0)
         for block in seg.get("blocks", []):
             if block["state"] == "inactive":
                 s["free"] += block["size"]
                 if block["size"] >= MiB:
                     s["free_blocks_mib"].append(round(block["size"] / MiB, 1))
+                    if block["size"] >= 1024 * MiB:  # where the big cached blocks are
+                        s.setdefault("free_big", []).append([addr, block["size"]])
+            addr += block["size"]
     for s in streams.values():
         s["free_blocks_mib"].sort(reverse=True)
     return dict(streams)
