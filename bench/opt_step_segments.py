@@ -11,7 +11,8 @@ reserved and allocated bytes and, per stream, the segments' total, allocated and
 and the free blocks of 1 MiB or more (largest first). torch's global optimizer hooks
 (`register_optimizer_step_pre_hook`/`post_hook`) see every optimizer, so the script is unchanged.
 With `--big-allocs MIB`, the second step's allocations and frees of MIB or more (the allocator's
-history, recorded from the first step's end) are listed in order with their Python frames.
+history, recorded from the first step's end) are listed in order with their Python frames;
+`--trace-step 1` lists the first step's instead, recorded from the start.
 """
 from __future__ import annotations
 
@@ -57,6 +58,7 @@ class Recorder:
         self.out, self.steps, self.records, self.step = out, steps, [], 0
         self.depth = 0  # optimizers inside optimizers (torchtitan's container is one): outermost only
         self.big_mib = 0  # --big-allocs
+        self.trace_step = 2  # --trace-step
 
     def before(self, *_) -> None:
         self.depth += 1
@@ -67,9 +69,9 @@ class Recorder:
         self.depth -= 1
         if self.depth == 0:
             self.mark("after")
-            if self.step == 1 and self.big_mib:
-                # the second step's large allocations and frees, with their stacks
-                torch.cuda.memory._record_memory_history(max_entries=200_000)
+            if self.step == self.trace_step - 1 and self.big_mib:
+                # the traced step's large allocations and frees, with their stacks
+                torch.cuda.memory._record_memory_history(max_entries=400_000)
 
     def big_events(self) -> list[dict]:
         """The recorded trace's allocations and frees of `big_mib` MiB or more, in order."""
@@ -91,7 +93,7 @@ class Recorder:
                              "reserved": torch.cuda.memory_reserved(),
                              "allocated": torch.cuda.memory_allocated(),
                              "streams": summarise_segments(torch.cuda.memory_snapshot())})
-        if when == "before" and self.step == 1 and self.big_mib:
+        if when == "before" and self.step == self.trace_step - 1 and self.big_mib:
             self.records[-1]["big_events"] = self.big_events()
         if when == "after":
             self.step += 1
@@ -103,6 +105,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True)
     p.add_argument("--steps", type=int, default=2)
+    p.add_argument("--trace-step", type=int, default=2, choices=(1, 2),
+                   help="with --big-allocs: the step whose allocations are listed (1: from the start)")
     p.add_argument("--big-allocs", type=float, default=0, metavar="MIB",
                    help="also list the second step's allocations and frees of MIB or more, with stacks")
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS]")
@@ -113,6 +117,9 @@ def main() -> None:
     if os.environ.get("RANK", "0") == "0":
         rec = Recorder(Path(args.out), args.steps)
         rec.big_mib = args.big_allocs
+        rec.trace_step = args.trace_step
+        if args.big_allocs and args.trace_step == 1:
+            torch.cuda.memory._record_memory_history(max_entries=400_000)
         register_optimizer_step_pre_hook(rec.before)
         register_optimizer_step_post_hook(rec.after)
     sys.argv = script

@@ -12,7 +12,7 @@ python -m pip install -q --no-deps --no-index --find-links bench/torchtitan_whee
   docstring-parser==0.18.0 typeguard==4.6.0 rich==15.0.0 pygments==2.21.0 markdown-it-py==4.3.0 mdurl==0.1.2 \
   spmd-types==0.2.3 torchdata==0.11.0 tokenizers==0.23.3 >> $log 2>&1
 step segments
-timeout $(left 300) torchrun --standalone --nproc-per-node 4 bench/opt_step_segments.py --out $W/seg_eager --big-allocs ${BIG_MIB:-500} -- \
+timeout $(left 300) torchrun --standalone --nproc-per-node 4 bench/opt_step_segments.py --out $W/seg_eager --big-allocs ${BIG_MIB:-500} --trace-step ${TRACE_STEP:-2} -- \
   bench/torchtitan_entry.py --patches bench/torchtitan_2024.py --dump_folder /tmp/tt --module examples.torchtitan \
   --config llama3_8b --training.local_batch_size 1 --training.steps 3 --training.disable_cuda_graphs \
   activation-checkpoint:selective >> $log 2>&1
