@@ -508,6 +508,7 @@ def main() -> None:
     q.add_argument("--log")
     w = sub.add_parser("wheels")
     w.add_argument("--dest", default=str(WHEELS))
+    sub.add_parser("install", help="install torchtitan from bench/torchtitan_wheels/ if missing (GPU host)")
     for name in ("real", "sim"):
         q = sub.add_parser(name)
         q.add_argument("--configs", help="comma-separated config names (default: all)")
@@ -528,7 +529,7 @@ def main() -> None:
     q.add_argument("--out", required=True)
     args = p.parse_args()
     {"list": cmd_list, "published": cmd_published, "wheels": cmd_wheels, "real": cmd_real,
-     "sim": cmd_sim, "compare": cmd_compare}[args.cmd](args)
+     "sim": cmd_sim, "compare": cmd_compare, "install": lambda _: install_wheels()}[args.cmd](args)
 
 
 if __name__ == "__main__":

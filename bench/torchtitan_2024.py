@@ -258,19 +258,17 @@ def install(rmsnorm: str = "python", float8: bool = False, june_2025: bool = Fal
 
 def take_own_flags(args: list[str]) -> list[str]:
     """Install the patches with this script's own leading flags (`--rmsnorm=python|fused`,
-    `--float8`); return torchtitan's flags, the rest."""
+    `--float8`, `--june-2025`); return torchtitan's flags, the rest."""
     args = list(args)
     norm, float8, june_2025 = "python", False, False
-    while args and args[0].startswith(("--rmsnorm=", "--float8", "--june-2025")):
+    while args and (args[0] in ("--float8", "--june-2025") or args[0].startswith("--rmsnorm=")):
         flag = args.pop(0)
         if flag == "--float8":
             float8 = True
         elif flag == "--june-2025":
             june_2025 = True
-        elif flag.startswith("--rmsnorm="):
-            norm = flag.partition("=")[2]
         else:
-            raise SystemExit(f"torchtitan_2024.py: unknown flag {flag}")
+            norm = flag.partition("=")[2]
     install(norm, float8, june_2025)
     return args
 

@@ -19,3 +19,9 @@ record_env() {
   { date -u; nvidia-smi --query-gpu=name,driver_version,power.limit --format=csv,noheader; lscpu | grep "Model name";
     python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
 }
+# torchtitan on a host without network: offline datasets, torchtitan and its light dependencies
+# from the carried bench/torchtitan_wheels (bench/torchtitan.py install).
+setup_torchtitan() {
+  export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+  python bench/torchtitan.py install >> $log 2>&1
+}

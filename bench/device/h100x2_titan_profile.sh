@@ -6,11 +6,8 @@
 # Usage on the device (carry bench/torchtitan_wheels and .whl): bash bench/device/h100x2_titan_profile.sh
 # NPROC=4 CONFIG=llama3_8b LBS=1: all 32 blocks under FSDP2 on 4 GPUs, local batch 1.
 source bench/device/call_lib.sh
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 record_env
-python -m pip install -q --no-deps --no-index --find-links bench/torchtitan_wheels torchtitan==0.3.0 tyro==1.0.17 \
-  docstring-parser==0.18.0 typeguard==4.6.0 rich==15.0.0 pygments==2.21.0 markdown-it-py==4.3.0 mdurl==0.1.2 \
-  spmd-types==0.2.3 torchdata==0.11.0 tokenizers==0.23.3 >> $log 2>&1
+setup_torchtitan
 for cfg in float8 bf16; do
   step $cfg
   patch_flags=""; [ $cfg = float8 ] && patch_flags="--float8"

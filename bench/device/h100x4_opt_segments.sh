@@ -5,12 +5,8 @@
 # command under `phantom run --nproc-per-node 4 --gpu H100`.
 # Usage on the device (carry bench/torchtitan_wheels): bash bench/device/h100x4_opt_segments.sh
 source bench/device/call_lib.sh
-export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 record_env
-# torchtitan and its light dependencies from the carried wheels (bench/torchtitan.py WHEEL_SPECS)
-python -m pip install -q --no-deps --no-index --find-links bench/torchtitan_wheels torchtitan==0.3.0 tyro==1.0.17 \
-  docstring-parser==0.18.0 typeguard==4.6.0 rich==15.0.0 pygments==2.21.0 markdown-it-py==4.3.0 mdurl==0.1.2 \
-  spmd-types==0.2.3 torchdata==0.11.0 tokenizers==0.23.3 >> $log 2>&1
+setup_torchtitan
 step segments
 timeout $(left 300) torchrun --standalone --nproc-per-node 4 bench/opt_step_segments.py --out $W/seg_eager --big-allocs ${BIG_MIB:-500} --trace-step ${TRACE_STEP:-2} -- \
   bench/torchtitan_entry.py --patches bench/torchtitan_2024.py --dump_folder /tmp/tt --module examples.torchtitan \
