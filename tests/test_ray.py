@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory):
+def ray_cluster():
     ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray_cli is None:
         pytest.skip("the `ray` command is not on PATH")
@@ -39,14 +40,20 @@ def ray_cluster(tmp_path_factory):
     # Token authentication (Ray >= 2.5x's default for `ray start`) is off for this private,
     # local test cluster; a user's cluster brings its own token (RAY_AUTH_TOKEN).
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    temp = tmp_path_factory.mktemp("ray")
-    subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
-                    "--include-dashboard=false", "--disable-usage-stats",
-                    f"--temp-dir={temp}"], check=True, env=env, capture_output=True, timeout=180)
+    # A short directory: Ray puts its Unix sockets under it, and a socket path may not exceed
+    # 107 bytes (pytest's basetemp under a longer TMPDIR made `ray start` fail).
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
+                              "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
+                             env=env, capture_output=True, text=True, timeout=180)
+    if started.returncode != 0:
+        shutil.rmtree(temp, ignore_errors=True)
+        pytest.fail(f"`ray start` failed (exit {started.returncode}):\n{started.stderr[-3000:]}")
     try:
         yield f"127.0.0.1:{port}", env
     finally:
         subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def _phantom(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
