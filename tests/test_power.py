@@ -37,16 +37,19 @@ def test_back_to_back_gemms_settle_at_the_measured_sustained_rate():
     assert power == pytest.approx(700, abs=5)
 
 
-def test_a_rested_board_runs_its_first_gemms_near_the_database_clock():
+def test_a_rested_board_runs_its_first_gemms_at_the_burst_clock():
     gov = governor_for(get_gpu("H100"))
     gov._advance(5e9)  # five seconds idle
     _, durations = run_gemms(gov, 10, t0=5e9)
-    assert durations[0] == pytest.approx(GEMM_DB_NS, rel=0.02)
+    # measured (gemm_clock.py): after 1 s idle a GEMM takes 0.912 of its database time
+    assert durations[0] == pytest.approx(GEMM_DB_NS * HOPPER_SXM.db_clock_share, rel=0.02)
     _, later = run_gemms(gov, 500, t0=6e9)
-    assert later[-1] > durations[0] * 1.03  # the limit bites within the controller's window
+    assert later[-1] > durations[0] * 1.08  # the limit bites within the controller's window
+    # ... and takes a stream back to about the back-to-back time the database measured
+    assert later[-1] == pytest.approx(GEMM_DB_NS, rel=0.06)
 
 
-def test_gemms_alternating_with_copies_stay_under_the_limit_and_are_not_slowed():
+def test_gemms_alternating_with_copies_run_near_the_burst_clock():
     # measured: 10 ms of GEMMs, 10 ms of copies, repeated: GEMMs at the short-run rate
     gov = governor_for(get_gpu("H100"))
     t = 0.0
@@ -56,8 +59,19 @@ def test_gemms_alternating_with_copies_stay_under_the_limit_and_are_not_slowed()
             t += d
         for _ in range(14):
             t += gov.kernel_ns(t, COPY_NS, "copy", 0.0, COPY_BYTES)
-    assert d == pytest.approx(GEMM_DB_NS, rel=1e-6)
-    assert gov.mean_scale() > 0.999  # only the first phase, with no history yet, is held back
+    # Measured: 770-793 TFLOP/s, against 800 at the burst clock and ~690 sustained. The model
+    # holds the mix (10 ms at ~970 W, 10 ms at ~500 W) a little over the limit: 765.
+    rate = GEMM_FLOPS / d / 1e3
+    assert 755 < rate <= 800
+    assert d < GEMM_DB_NS * 0.96  # well above the database's back-to-back rate
+
+
+def test_a_time_already_at_the_burst_clock_is_not_taken_there_again():
+    gov = governor_for(get_gpu("H100"))
+    gov._advance(5e9)
+    # FlexAttention's curve was fitted to short bursts (KernelCost.db_clock False)
+    d = gov.kernel_ns(5e9, GEMM_DB_NS, "attention", GEMM_FLOPS / 4, GEMM_BYTES, db_clock=False)
+    assert d == pytest.approx(GEMM_DB_NS)
 
 
 def test_a_lower_limit_runs_slower_and_memory_bound_kernels_are_not_stretched():

@@ -18,18 +18,23 @@ the JSON records each phase's wall-clock span to line them up. Reading only: no 
 changed. Standalone on the GPU host (PYTHONPATH=. for phantom's Timer), torch 2.11+.
 
     python bench/kernels/gemm_clock.py --out gemm_clock_H100.json --smi smi.csv
+    python bench/kernels/gemm_clock.py --summary gemm_clock_H100.json --smi-in smi.csv.gz \
+        --in-step rank0_trace.json.gz       # a table; here, no GPU needed
+
+`--in-step` takes a torch.profiler (kineto) trace of a training step with shapes recorded
+(torchtitan's profiler writes one) and adds the median time of the same GEMMs (same dims and
+strides) in it.
 """
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime
+import gzip
 import json
 import statistics
 import subprocess
 import time
-
-import torch
-
-from phantom.cost.profile.timing import Timer, device_header
 
 # (a dims, a strides, b dims, b strides): the GEMMs of torchtitan's Llama 3 8B at local batch 1,
 # seq 8192 (rank 0 of the traced 5-block step, data/session34/device_titan_profile_h100_bs1),
@@ -61,7 +66,9 @@ CASES = [
 ]
 
 
-def _operands(case: tuple, n_sets: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _operands(case: tuple, n_sets: int) -> list:
+    import torch
+
     a_dims, a_st, b_dims, b_st = case
     out = []
     for _ in range(n_sets):
@@ -71,7 +78,9 @@ def _operands(case: tuple, n_sets: int) -> list[tuple[torch.Tensor, torch.Tensor
     return out
 
 
-def _graph(sets: list, calls: int) -> torch.cuda.CUDAGraph:
+def _graph(sets: list, calls: int):
+    import torch
+
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -87,7 +96,9 @@ def _graph(sets: list, calls: int) -> torch.cuda.CUDAGraph:
     return g
 
 
-def _timed(g: torch.cuda.CUDAGraph, replays: int = 1) -> float:
+def _timed(g, replays: int = 1) -> float:
+    import torch
+
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(2_000_000)  # ~1 ms at Hopper clocks: the host enqueues before the GPU starts
     s.record()
@@ -99,6 +110,8 @@ def _timed(g: torch.cuda.CUDAGraph, replays: int = 1) -> float:
 
 
 def _heat(seconds: float) -> None:
+    import torch
+
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     t0 = time.time()
     while time.time() - t0 < seconds:
@@ -107,7 +120,9 @@ def _heat(seconds: float) -> None:
         torch.cuda.synchronize()
 
 
-def measure(case: tuple, timer: Timer, l2_bytes: int) -> dict:
+def measure(case: tuple, timer, l2_bytes: int) -> dict:
+    import torch
+
     a_dims, _, b_dims, _ = case
     flops = 2.0 * a_dims[0] * a_dims[1] * b_dims[1]
     in_bytes = 2.0 * (a_dims[0] * a_dims[1] + b_dims[0] * b_dims[1])
@@ -150,11 +165,86 @@ def measure(case: tuple, timer: Timer, l2_bytes: int) -> dict:
     return row
 
 
+def in_step_times(trace_path: str) -> dict[str, float]:
+    """Median kernel time (us) of each aten::mm in a kineto trace, keyed by dims and strides."""
+    events = json.load(gzip.open(trace_path) if trace_path.endswith(".gz") else open(trace_path))["traceEvents"]
+    ops = {e["args"]["External id"]: e for e in events
+           if e.get("cat") == "cpu_op" and e["name"] == "aten::mm" and "External id" in e.get("args", {})}
+    times: dict[str, list[float]] = {}
+    for k in events:
+        op = ops.get(k.get("args", {}).get("External id")) if k.get("cat") == "kernel" else None
+        if op is not None:
+            a = op["args"]
+            times.setdefault(_key(a["Input Dims"][:2], a["Input Strides"][:2]), []).append(k["dur"])
+    return {key: statistics.median(v) for key, v in times.items()}
+
+
+def _key(dims: list, strides: list) -> str:
+    return json.dumps([dims[0], strides[0], dims[1], strides[1]])
+
+
+def smi_clock(path: str, spans: list) -> float | None:
+    """Mean SM clock (MHz) of nvidia-smi's samples inside the given [start, end] wall spans."""
+    mhz = []
+    for row in csv.reader(gzip.open(path, "rt") if path.endswith(".gz") else open(path)):
+        try:
+            ts = datetime.datetime.strptime(row[0].strip(), "%Y/%m/%d %H:%M:%S.%f")
+        except (ValueError, IndexError):
+            continue
+        t = ts.replace(tzinfo=datetime.timezone.utc).timestamp()
+        if any(a <= t <= b + 0.02 for a, b in spans):
+            mhz.append(float(row[1]))
+    return statistics.mean(mhz) if mhz else None
+
+
+def summary(path: str, smi: str | None, trace: str | None) -> str:
+    d = json.load(open(path))
+    steps = in_step_times(trace) if trace else {}
+    h = d["header"]
+    lines = [f"{h['device_name']}, driver {h['driver']}, torch {h['torch']}, {h['date'][:10]}", "",
+             "| A | B (strides) | cool us | database-style us | sustained us | cool / db | in a step us | step / cool |"
+             + (" MHz cool / sustained |" if smi else ""),
+             "|---|---|---|---|---|---|---|---|" + ("---|" if smi else "")]
+    ratios, step_ratios = [], []
+    for r in d["rows"]:
+        ratio = r["cool_us"] / r["db_us"]
+        ratios.append(ratio)
+        step = steps.get(_key([r["a"][0], r["b"][0]], [r["a"][1], r["b"][1]]))
+        if step:
+            step_ratios.append(step / r["cool_us"])
+        cells = [f"{r['a'][0]} {r['a'][1]}", f"{r['b'][0]} {r['b'][1]}", f"{r['cool_us']:.1f}", f"{r['db_us']:.1f}",
+                 f"{r['sustained_us']:.1f}", f"{ratio:.3f}", f"{step:.1f}" if step else "-",
+                 f"{step / r['cool_us']:.3f}" if step else "-"]
+        if smi:
+            spans = r["spans"]
+            c, su = smi_clock(smi, spans["cool"]), smi_clock(smi, [spans["sustained"]])
+            cells.append(f"{c:.0f} / {su:.0f}" if c and su else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"cool / database-style: mean {statistics.mean(ratios):.3f}, median {statistics.median(ratios):.3f}, "
+              f"range {min(ratios):.3f}-{max(ratios):.3f} ({len(ratios)} GEMMs)"]
+    if step_ratios:
+        lines.append(f"in a step / cool: mean {statistics.mean(step_ratios):.3f}, range {min(step_ratios):.3f}-"
+                     f"{max(step_ratios):.3f} ({len(step_ratios)} GEMMs)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", help="measure on this machine's GPU, into this JSON")
     ap.add_argument("--smi", help="sample SM clock and power with nvidia-smi every 20 ms into this CSV")
+    ap.add_argument("--summary", metavar="JSON", help="print a table of a measured JSON instead")
+    ap.add_argument("--smi-in", help="with --summary: the run's nvidia-smi samples (CSV, .gz too)")
+    ap.add_argument("--in-step", help="with --summary: a kineto trace of a training step on that GPU")
     args = ap.parse_args()
+    if args.summary:
+        print(summary(args.summary, args.smi_in, args.in_step))
+        return
+    if not args.out:
+        ap.error("give --out (measure) or --summary JSON (report)")
+    import torch
+
+    from phantom.cost.profile.timing import Timer, device_header
+
     smi = None
     if args.smi:
         smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu",

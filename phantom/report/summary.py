@@ -116,7 +116,8 @@ def _power(sim: "Simulation") -> dict[str, Any]:
     gov = sim.timeline.governor
     return {"limit_w": sim.gpu.tdp_watts, "modelled": gov is not None,
             "compute_clock_scale": gov.mean_scale() if gov else None,
-            "stretched_ms": gov.stretched_ns / 1e6 if gov else None}
+            "stretched_ms": gov.stretched_ns / 1e6 if gov else None,
+            "db_clock_share": gov.model.db_clock_share if gov else None}
 
 
 def _recorded_memory(sim: "Simulation") -> dict[str, Any]:
@@ -228,8 +229,9 @@ def _power_line(power: dict[str, Any] | None) -> str:
         limit = f"{power['limit_w']} W, " if power else ""
         return f"  power limit        {limit}not modelled for this GPU (its draw was never measured)"
     return (f"  power limit        {power['limit_w']} W: compute kernels ran at "
-            f"{power['compute_clock_scale']:.3f} of the kernel database's clock on average "
-            f"(+{power['stretched_ms']:.1f} ms in all)")
+            f"{power['compute_clock_scale']:.3f} of the burst clock on average "
+            f"(+{power['stretched_ms']:.1f} ms in all; the kernel database's back-to-back rows are "
+            f"at {power['db_clock_share']:.3f} of it)")
 
 
 def _db_line(db: dict[str, Any] | None) -> str:

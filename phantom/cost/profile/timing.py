@@ -15,6 +15,11 @@ Method (same as bench/kernels/measure.py, whose grid `--sweep` runs through this
     be captured (host syncs) run as an eager loop behind a GPU sleep that lets the host enqueue
     all calls before the timed region starts (the row's method says which);
   * the median over repeats of (replay time / calls).
+
+The clock: rows are timed back to back after a second of big GEMMs, so a compute-bound row
+carries the SM clock the board's power limit allows a stream of it (measured: 0.912 of the
+burst clock's rate on GEMMs, bench/kernels/gemm_clock.py). engine/power.py takes such rows to
+the burst clock with that share; a change of this method must re-measure it.
 """
 from __future__ import annotations
 
