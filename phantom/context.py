@@ -589,7 +589,7 @@ class Simulation:
         h0 = self.timeline.host_ns
         start, end = self.timeline.launch(stream_id, cost.gpu_ns, host_ns, op_class=cost.op_class,
                                           flops=cost.flops * cost.energy_per_flop, nbytes=cost.bytes,
-                                          in_graph=in_graph, uses_sms=uses_sms, db_clock=cost.db_clock)
+                                          in_graph=in_graph, uses_sms=uses_sms)
         if self.recorder is not None:
             self.recorder.kernel(name, cost.op_class, cost.source, stream_id, start, end, h0,
                                  self.timeline.host_ns, args)

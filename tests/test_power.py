@@ -42,7 +42,7 @@ def test_a_rested_board_runs_its_first_gemms_at_the_burst_clock():
     gov._advance(5e9)  # five seconds idle
     _, durations = run_gemms(gov, 10, t0=5e9)
     # measured (gemm_clock.py): after 1 s idle a GEMM takes 0.912 of its database time
-    assert durations[0] == pytest.approx(GEMM_DB_NS * HOPPER_SXM.db_clock_share, rel=0.02)
+    assert durations[0] == pytest.approx(GEMM_DB_NS * HOPPER_SXM.gemm_db_clock_share, rel=0.02)
     _, later = run_gemms(gov, 500, t0=6e9)
     assert later[-1] > durations[0] * 1.08  # the limit bites within the controller's window
     # ... and takes a stream back to about the back-to-back time the database measured
@@ -66,12 +66,15 @@ def test_gemms_alternating_with_copies_run_near_the_burst_clock():
     assert d < GEMM_DB_NS * 0.96  # well above the database's back-to-back rate
 
 
-def test_a_time_already_at_the_burst_clock_is_not_taken_there_again():
+def test_attention_and_convolutions_keep_their_database_times():
+    # only GEMMs were measured off their database times (gemm_clock.py); traced steps ran flash
+    # attention at its database time
     gov = governor_for(get_gpu("H100"))
-    gov._advance(5e9)
-    # FlexAttention's curve was fitted to short bursts (KernelCost.db_clock False)
-    d = gov.kernel_ns(5e9, GEMM_DB_NS, "attention", GEMM_FLOPS / 4, GEMM_BYTES, db_clock=False)
-    assert d == pytest.approx(GEMM_DB_NS)
+    t = 5e9
+    for op_class in ("attention", "conv"):
+        gov._advance(t)
+        assert gov.kernel_ns(t, GEMM_DB_NS, op_class, GEMM_FLOPS / 4, GEMM_BYTES) == pytest.approx(GEMM_DB_NS)
+        t += 1e9
 
 
 def test_a_lower_limit_runs_slower_and_memory_bound_kernels_are_not_stretched():

@@ -39,11 +39,6 @@ class KernelCost:
     # (engine/power.py): float8 GEMMs do twice the FLOPs per tensor-core cycle (H100/H200
     # datasheets), taken at the same energy per cycle, so half per FLOP.
     energy_per_flop: float = 1.0
-    # Whether gpu_ns carries the kernel database's clock: its rows, and the curves fitted to
-    # measure.py's rows, are timed back to back, at the clock the power limit allows a stream
-    # (engine/power.py takes such a time to the burst clock). False for a curve fitted to short
-    # bursts' times, already at the burst clock (FlexAttention's profiler sweep).
-    db_clock: bool = True
 
 
 @runtime_checkable

@@ -141,7 +141,7 @@ class DatabaseCostModel:
         if ns is None:
             ns = self._wide_c_ns(func, args, cost.gpu_ns)
         if ns is not None:
-            cost = replace(cost, gpu_ns=ns, source=DB_SOURCE, db_clock=True)  # a Timer row
+            cost = replace(cost, gpu_ns=ns, source=DB_SOURCE)
         else:
             cost = replace(cost, source=self.fallback_source)
         stats = self.key_stats.get(key)

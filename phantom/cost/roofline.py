@@ -1012,8 +1012,7 @@ class RooflineCostModel:
         nbytes = sum(_tensor_bytes(t) for t in _tensors(read)) + sum(_tensor_bytes(t) for t in _tensors(out))
         ns = attention_time_ns(curve, self.gpu, _precision(q.dtype, "attention"), b, hq, sq, sk, d,
                                False, bwd, flops, nbytes, cta_work)
-        # kernels/flex_sweep.py timed five calls after three: the burst clock, not the database's
-        return replace(self._cost(ns, "attention", flops, nbytes), db_clock=False)
+        return self._cost(ns, "attention", flops, nbytes)
 
     def _mta(self, func: Any, info: OpInfo, a: _Args, out: Any) -> KernelCost | None:
         lists = [v for _, _, v in a.by_role() if isinstance(v, (list, tuple)) and v

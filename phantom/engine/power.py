@@ -4,15 +4,18 @@ A GPU's power controller holds the board's power, averaged over roughly a tenth 
 at or under its limit by lowering the SM clock (measured: hardware/power.py).
 
 The kernel database times a row back to back after a second of big GEMMs (cost/profile/
-timing.py), so a clock-bound kernel's row carries the clock the limit allows a stream of such
-kernels, not the burst clock a kernel runs at between memory-bound ones in a training step:
-measured on 21 GEMMs, a row's time is 1 / `PowerModel.db_clock_share` (1.10x) its time at the
-burst clock (bench/kernels/gemm_clock.py). `PowerGovernor` takes each compute kernel to the
-burst clock by that share, keeps an exponentially weighted account of what the kernels placed
-on one simulated GPU asked for over the controller's window, finds the clock scale s <= 1 (of
-the burst clock) at which that mix would draw exactly the limit, and stretches the clock-bound
-part of each compute kernel by 1/s. A long stream of one GEMM so comes back to about its
-database time; a step that leaves the board under its limit runs its GEMMs at the burst clock.
+timing.py), so a GEMM's row carries the clock the limit allows a stream of such GEMMs, not the
+burst clock a GEMM runs at between memory-bound kernels in a training step: measured on 21
+GEMMs, a row's time is 1 / `PowerModel.gemm_db_clock_share` (1.10x) its time at the burst
+clock (bench/kernels/gemm_clock.py), and the GEMMs of traced training steps ran at the burst
+clock's times. Attention's rows need no such move (traced steps ran them at their database
+times; a stream of flash attention draws about the limit), and convolutions' were never
+compared. `PowerGovernor` takes each GEMM to the burst clock by that share, keeps an
+exponentially weighted account of what the kernels placed on one simulated GPU asked for over
+the controller's window, finds the clock scale s <= 1 at which that mix would draw exactly the
+limit, and stretches the clock-bound part of each compute kernel by 1/s. A long stream of one
+GEMM so comes back to about its database time; a step that leaves the board under its limit
+runs its GEMMs at the burst clock.
 
 Only kernels that occupy the SMs are accounted (Timeline.launch); NCCL kernels and copy-engine
 transfers count as idle time at the board's base power, an underestimate of their draw.
@@ -29,6 +32,7 @@ from phantom.hardware.power import PowerModel
 HBM_STREAM_SHARE = 0.90
 MEMORY_BOUND_SHARE = 0.8  # a compute kernel whose bytes alone take this share of its time
 SCALED_CLASSES = {"gemm": "gemm", "conv": "gemm", "attention": "attention"}
+MOVED_TO_BURST = frozenset({"gemm"})  # classes whose database rows carry a lowered clock
 MIN_SCALE = 0.3  # no measured board falls this far; a floor keeps a bad input from stalling time
 RESOLVE_EVERY_NS = 1e6  # the clock is re-solved at most once per simulated millisecond
 
@@ -43,7 +47,7 @@ class PowerGovernor:
         self.tau_ns = model.window_ms * 1e6
         self._decayed_to = 0.0  # GPU time to which the sums below are decayed
         self._busy_until = 0.0  # end of the latest kernel accounted
-        # Exponentially weighted sums over the window, in times at the burst clock:
+        # Exponentially weighted sums over the window, in unthrottled times (GEMMs at the burst clock):
         self._tc = 0.0  # clock-bound compute time
         self._ec = 0.0  # its dynamic compute energy (W x ns)
         self._tf = 0.0  # time of the other kernels (memory-bound ones)
@@ -52,13 +56,11 @@ class PowerGovernor:
         self._scale = 1.0
         self._solved_at = -math.inf
         self.stretched_ns = 0.0  # time added to kernels by the limit, over the run
-        self.compute_ns = 0.0  # compute-kernel time at the burst clock, over the run
+        self.compute_ns = 0.0  # compute kernels' unthrottled time, over the run
 
     # -- one kernel -------------------------------------------------------------------------
-    def kernel_ns(self, start_ns: float, gpu_ns: float, op_class: str, flops: float, nbytes: float,
-                  db_clock: bool = True) -> float:
-        """Duration of a kernel that takes `gpu_ns` at the database's clock (`db_clock`; else at
-        the burst clock already) and starts at `start_ns`."""
+    def kernel_ns(self, start_ns: float, gpu_ns: float, op_class: str, flops: float, nbytes: float) -> float:
+        """Duration of a kernel that takes `gpu_ns` at the database's clock and starts at `start_ns`."""
         self._advance(start_ns)
         kind = SCALED_CLASSES.get(op_class)
         m = self.model
@@ -69,17 +71,25 @@ class PowerGovernor:
         if kind is None or gpu_ns <= 0 or flops <= 0 or mem_ns >= MEMORY_BOUND_SHARE * gpu_ns:
             self._add_fixed(start_ns, gpu_ns, m.base_w + hbm_w)
             return gpu_ns
-        burst_ns = gpu_ns * m.db_clock_share if db_clock else gpu_ns  # taken to the burst clock
-        pj = m.gemm_pj_per_flop if kind == "gemm" else m.attention_pj_per_flop
-        dyn_w = pj * flops / burst_ns * 1e-3
-        scale = self._clock_scale(start_ns, burst_ns, dyn_w)
-        duration = max(mem_ns, burst_ns / scale)
-        self._tc += burst_ns
-        self._ec += dyn_w * burst_ns
+        # A GEMM's database row is taken to the burst clock (measured); attention's rows match
+        # traced steps as they are, and convolutions' were never compared: both keep their time.
+        moved = op_class in MOVED_TO_BURST
+        free_ns = gpu_ns * m.gemm_db_clock_share if moved else gpu_ns
+        if kind == "gemm":
+            pj = m.gemm_pj_per_flop
+            if not moved:  # a convolution at the database's clock draws less per FLOP
+                pj *= m.gemm_db_clock_share ** (m.clock_exponent - 1.0)
+        else:
+            pj = m.attention_pj_per_flop
+        dyn_w = pj * flops / free_ns * 1e-3
+        scale = self._clock_scale(start_ns, free_ns, dyn_w)
+        duration = max(mem_ns, free_ns / scale)
+        self._tc += free_ns
+        self._ec += dyn_w * free_ns
         self._ef += hbm_w * gpu_ns  # HBM energy: the same bytes whatever the clock
         self._busy_until = max(self._busy_until, start_ns + duration)
-        self.compute_ns += burst_ns
-        self.stretched_ns += max(0.0, duration - burst_ns)
+        self.compute_ns += free_ns
+        self.stretched_ns += max(0.0, duration - free_ns)
         return duration
 
     # -- the account --------------------------------------------------------------------------
@@ -117,7 +127,8 @@ class PowerGovernor:
         return self._scale
 
     def mean_scale(self) -> float:
-        """Compute kernels' time at the burst clock over their time as run (1.0: never limited)."""
+        """Compute kernels' unthrottled time (GEMMs at the burst clock) over their time as run
+        (1.0: never limited)."""
         return self.compute_ns / (self.compute_ns + self.stretched_ns) if self.compute_ns else 1.0
 
 

@@ -87,13 +87,11 @@ class Timeline:
     # -- kernels --------------------------------------------------------------------------
     def launch(self, stream_id: int, gpu_ns: float, host_ns: float, name: str = "",
                op_class: str = "", source: str = "", uses_sms: bool = True,
-               flops: float = 0.0, nbytes: float = 0.0, in_graph: bool = False,
-               db_clock: bool = True) -> tuple[float, float]:
+               flops: float = 0.0, nbytes: float = 0.0, in_graph: bool = False) -> tuple[float, float]:
         """Enqueue a kernel; the host pays `host_ns` of launch cost. Returns (start, end).
 
         `gpu_ns` is the kernel's time at the cost model's clock; with a governor, `op_class`,
-        `flops` and `nbytes` tell it what the kernel draws, and the power limit may stretch it;
-        `db_clock`: `gpu_ns` is at the kernel database's back-to-back clock (KernelCost.db_clock).
+        `flops` and `nbytes` tell it what the kernel draws, and the power limit may stretch it.
         `in_graph`: a node of a CUDA graph being replayed (engine/graphs.py), which takes no
         place of its own in the launch queue."""
         s = self.stream(stream_id)
@@ -104,7 +102,7 @@ class Timeline:
         if uses_sms:
             start = max(start, self.sm_free_ns)
             if self.governor is not None:
-                gpu_ns = self.governor.kernel_ns(start, gpu_ns, op_class, flops, nbytes, db_clock)
+                gpu_ns = self.governor.kernel_ns(start, gpu_ns, op_class, flops, nbytes)
         end = self._stretch(start, gpu_ns) if uses_sms and self._comm else start + gpu_ns
         s.ready_ns = end
         if uses_sms:

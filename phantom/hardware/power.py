@@ -5,13 +5,13 @@ A board holds its power at or under its limit by lowering the SM clock. phantom'
 run whose kernel mix asks for more power than the limit for longer than the controller's window
 runs slower than those times say: that is what the model adds.
 
-Model (per board): a compute kernel's database time t_db is a back-to-back measurement, at the
-clock the limit allows a stream of it; at the burst clock it takes t = db_clock_share * t_db and
-draws
+Model (per board): a GEMM's database time t_db is a back-to-back measurement, at the clock the
+limit allows a stream of it; at the burst clock it takes t = gemm_db_clock_share * t_db and draws
     P = base_w + e_compute * flops / t + e_hbm * bytes / t_db
-where e_compute is the tensor-core energy per FLOP of its class at the burst clock
-(GEMM/convolution or attention, 0 for other kernels) and e_hbm the energy per byte moved to or
-from HBM. Lowering the clock by a factor s (0 < s <= 1) stretches the clock-bound part of a
+where e_compute is the tensor-core energy per FLOP of its class at that clock (GEMM/convolution
+or attention, 0 for other kernels) and e_hbm the energy per byte moved to or from HBM. Attention
+and convolution kernels keep their database times (t = t_db): attention's draw is per FLOP at
+its database rate, a convolution's that of a GEMM at the database's clock. Lowering the clock by a factor s (0 < s <= 1) stretches the clock-bound part of a
 compute kernel by 1/s and scales its compute power by s ** clock_exponent (dynamic power f * V^2
 with the voltage falling with f).
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class PowerModel:
     base_w: float  # board power with the clocks up and no kernel running (warm board)
-    db_clock_share: float  # a compute kernel's time at the burst clock over its database time
-    gemm_pj_per_flop: float  # GEMMs and convolutions, at the burst clock
+    gemm_db_clock_share: float  # a GEMM's time at the burst clock over its database time
+    gemm_pj_per_flop: float  # GEMMs (and convolutions), at the burst clock
     attention_pj_per_flop: float  # flash attention (its useful FLOPs, causal-halved)
     hbm_pj_per_byte: float  # one byte read or written in HBM
     clock_exponent: float  # compute power ~ clock ** this, in the throttled range
@@ -46,28 +46,28 @@ class PowerModel:
 #     patterns): below the limit power rises 13.7 (10.6) W per busy SM at the full clock; at the
 #     limit the per-SM rate falls, and dynamic power against that rate gives exponents 2.6-3.5,
 #     median 2.9 over the eight capped points.
-#   db_clock_share: 21 bf16 GEMMs (Llama 3 8B's at 8192 tokens, squares of 2048-16384; a second
+#   gemm_db_clock_share: 21 bf16 GEMMs (Llama 3 8B's at 8192 tokens, squares of 2048-16384; a second
 #     lent H100, 2026-11-28, bench/kernels/gemm_clock.py, data in bench/data/session35/) timed
 #     after 1 s idle (SM clock 1980 MHz) and as the database times them: 0.912 (0.84-0.96) of
 #     the database-style time; 0.911 (0.90-0.93) of a 0.6 s back-to-back stream's (1490-1690 MHz).
-#     The same GEMMs inside a traced torchtitan step ran within -4..+8% of the idle-start times.
-#     Measured on GEMMs; taken for attention and convolutions (same tensor cores and clock).
+#     The same GEMMs inside a traced torchtitan step ran within -4..+10% of the idle-start times
+#     (mean +2%). Attention is not moved: in two traced steps (H100, 4 x H200) flash attention
+#     ran at 1.03x and 1.01x its database time (bench/README, Session 35).
 #   gemm_pj_per_flop: cuBLAS bf16 8192^3 back to back settles at 690 TFLOP/s and 695 W after
 #     ~100 ms; the kernel database has it at 730 TFLOP/s (1.506 ms), so 800 at the burst clock
 #     (GEMM phases of 2-50 ms between copies ran at 770-793). Its compute power at the burst
 #     clock: (695 - 150 - 30 [HBM]) W / (690/800) ** 2.9 = 791 W over 800 TFLOP/s.
 #   attention_pj_per_flop: flash attention forward + backward (B 2, H 32, S 8192, D 128,
-#     causal) back to back: 286 TFLOP/s at 698 W; the database's estimate is 280 TFLOP/s
-#     (13.75 ms simulated, 13.46 ms measured), 307 at the burst clock:
-#     (698 - 150) W / (286/307) ** 2.9 = 672 W over 307 TFLOP/s.
+#     causal) back to back: 286 TFLOP/s at 698 W, a rate the database's estimate already has
+#     (13.75 ms simulated, 13.46 ms measured): (698 - 150) W / 280 TFLOP/s.
 #   window_ms: GEMM phases of 2-50 ms alternating with equal copy phases run at the burst rate
 #     (770-793 TFLOP/s); 200 ms and 1 s phases run at the sustained one (688); from rest the
 #     rate falls from 795 to its sustained value between 50 and 100 ms.
 HOPPER_SXM = PowerModel(
     base_w=150.0,
-    db_clock_share=0.912,
+    gemm_db_clock_share=0.912,
     gemm_pj_per_flop=0.99,
-    attention_pj_per_flop=2.19,
+    attention_pj_per_flop=1.96,
     hbm_pj_per_byte=117.0,
     clock_exponent=2.9,
     window_ms=100.0,

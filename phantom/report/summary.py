@@ -117,7 +117,7 @@ def _power(sim: "Simulation") -> dict[str, Any]:
     return {"limit_w": sim.gpu.tdp_watts, "modelled": gov is not None,
             "compute_clock_scale": gov.mean_scale() if gov else None,
             "stretched_ms": gov.stretched_ns / 1e6 if gov else None,
-            "db_clock_share": gov.model.db_clock_share if gov else None}
+            "gemm_db_clock_share": gov.model.gemm_db_clock_share if gov else None}
 
 
 def _recorded_memory(sim: "Simulation") -> dict[str, Any]:
@@ -229,9 +229,9 @@ def _power_line(power: dict[str, Any] | None) -> str:
         limit = f"{power['limit_w']} W, " if power else ""
         return f"  power limit        {limit}not modelled for this GPU (its draw was never measured)"
     return (f"  power limit        {power['limit_w']} W: compute kernels ran at "
-            f"{power['compute_clock_scale']:.3f} of the burst clock on average "
-            f"(+{power['stretched_ms']:.1f} ms in all; the kernel database's back-to-back rows are "
-            f"at {power['db_clock_share']:.3f} of it)")
+            f"{power['compute_clock_scale']:.3f} of their unthrottled clock on average "
+            f"(+{power['stretched_ms']:.1f} ms in all; GEMMs from the burst clock, which the kernel "
+            f"database's back-to-back rows are {power['gemm_db_clock_share']:.3f} of)")
 
 
 def _db_line(db: dict[str, Any] | None) -> str:
