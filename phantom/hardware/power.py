@@ -11,9 +11,9 @@ limit allows a stream of it; at the burst clock it takes t = gemm_db_clock_share
 where e_compute is the tensor-core energy per FLOP of its class at that clock (GEMM/convolution
 or attention, 0 for other kernels) and e_hbm the energy per byte moved to or from HBM. Attention
 and convolution kernels keep their database times (t = t_db): attention's draw is per FLOP at
-its database rate, a convolution's that of a GEMM at the database's clock. Lowering the clock by a factor s (0 < s <= 1) stretches the clock-bound part of a
-compute kernel by 1/s and scales its compute power by s ** clock_exponent (dynamic power f * V^2
-with the voltage falling with f).
+its database rate, a convolution's that of a GEMM at the database's clock. Lowering the clock by
+a factor s (0 < s <= 1) stretches the clock-bound part of a compute kernel by 1/s and scales its
+compute power by s ** clock_exponent (dynamic power f * V^2 with the voltage falling with f).
 
 The numbers below were measured on this project's lent H100 SXM (700 W limit, driver
 580.159.04, torch 2.11, 2026-11-24; bench/kernels/power_probe.py and power_dynamics.py, data in
@@ -46,8 +46,8 @@ class PowerModel:
 #     patterns): below the limit power rises 13.7 (10.6) W per busy SM at the full clock; at the
 #     limit the per-SM rate falls, and dynamic power against that rate gives exponents 2.6-3.5,
 #     median 2.9 over the eight capped points.
-#   gemm_db_clock_share: 21 bf16 GEMMs (Llama 3 8B's at 8192 tokens, squares of 2048-16384; a second
-#     lent H100, 2026-11-28, bench/kernels/gemm_clock.py, data in bench/data/session35/) timed
+#   gemm_db_clock_share: 21 bf16 GEMMs (Llama 3 8B's at 8192 tokens, squares of 2048-16384;
+#     a second lent H100, 2026-11-28, bench/kernels/gemm_clock.py, data in bench/data/session35/) timed
 #     after 1 s idle (SM clock 1980 MHz) and as the database times them: 0.912 (0.84-0.96) of
 #     the database-style time; 0.911 (0.90-0.93) of a 0.6 s back-to-back stream's (1490-1690 MHz).
 #     The same GEMMs inside a traced torchtitan step ran within -4..+10% of the idle-start times
