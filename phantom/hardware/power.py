@@ -47,9 +47,10 @@ class PowerModel:
 #     limit the per-SM rate falls, and dynamic power against that rate gives exponents 2.6-3.5,
 #     median 2.9 over the eight capped points.
 #   gemm_db_clock_share: 21 bf16 GEMMs (Llama 3 8B's at 8192 tokens, squares of 2048-16384;
-#     a second lent H100, 2026-11-28, bench/kernels/gemm_clock.py, data in bench/data/session35/) timed
-#     after 1 s idle (SM clock 1980 MHz) and as the database times them: 0.912 (0.84-0.96) of
-#     the database-style time; 0.911 (0.90-0.93) of a 0.6 s back-to-back stream's (1490-1690 MHz).
+#     a second lent H100, 2026-11-28, bench/kernels/gemm_clock.py, data in
+#     bench/data/session35/) timed after 1 s idle (SM clock 1980 MHz) and as the database times
+#     them: 0.912 (0.84-0.96) of the database-style time; 0.911 (0.90-0.93) of a 0.6 s
+#     back-to-back stream's (1490-1690 MHz).
 #     The same GEMMs inside a traced torchtitan step ran within -4..+10% of the idle-start times
 #     (mean +2%). Attention is not moved: in two traced steps (H100, 4 x H200) flash attention
 #     ran at 1.03x and 1.01x its database time (bench/README, Session 35).
