@@ -10,7 +10,8 @@ shorter phases. For each GEMM this times:
   * `cool`: after 1 s idle, one graph replay of ~4 ms of the GEMM (rotated inputs), behind a
     short GPU sleep so the launch is hidden: the clock the power controller allows at the start
     of a burst (its window is ~100 ms, hardware/power.py);
-  * `db`: right after 0.3 s of 8192^3 GEMMs, the database's own Timer (the profile's method);
+  * `db`: right after 0.3 s of 8192^3 GEMMs (the profile's `warm_up_clocks`), the database's
+    own Timer (the profile's method);
   * `sustained`: 0.6 s of back-to-back replays, the mean of the last 150 ms.
 
 With `--smi` it samples the SM clock and board power with nvidia-smi every 20 ms into that CSV;
@@ -109,19 +110,10 @@ def _timed(g, replays: int = 1) -> float:
     return s.elapsed_time(e) * 1e3  # us
 
 
-def _heat(seconds: float) -> None:
-    import torch
-
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    t0 = time.time()
-    while time.time() - t0 < seconds:
-        for _ in range(10):
-            torch.mm(a, a)
-        torch.cuda.synchronize()
-
-
 def measure(case: tuple, timer, l2_bytes: int) -> dict:
     import torch
+
+    from phantom.cost.profile.timing import warm_up_clocks
 
     a_dims, _, b_dims, _ = case
     flops = 2.0 * a_dims[0] * a_dims[1] * b_dims[1]
@@ -142,7 +134,7 @@ def measure(case: tuple, timer, l2_bytes: int) -> dict:
     row["cool_us"] = statistics.median(cool)
     row["cool_all_us"] = cool
     t0 = time.time()
-    _heat(0.3)
+    warm_up_clocks(0.3)  # the profile's own heat before its rows
     tm = timer.time(lambda ab: torch.mm(*ab), lambda: _operands(case, 1)[0], in_bytes)
     spans["db"] = [t0, time.time()]
     row["db_us"] = tm.ns / 1e3
@@ -243,7 +235,7 @@ def main() -> None:
         ap.error("give --out (measure) or --summary JSON (report)")
     import torch
 
-    from phantom.cost.profile.timing import Timer, device_header
+    from phantom.cost.profile.timing import Timer, device_header, warm_up_clocks
 
     smi = None
     if args.smi:
@@ -254,7 +246,7 @@ def main() -> None:
     timer = Timer(l2)
     out = {"header": device_header(), "rows": []}
     out["header"]["method"] = __doc__.split("\n\n")[1]
-    _heat(1.0)
+    warm_up_clocks(1.0)
     for case in CASES:
         row = measure(case, timer, l2)
         out["rows"].append(row)

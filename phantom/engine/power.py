@@ -45,6 +45,9 @@ class PowerGovernor:
         self.limit_w = float(limit_w)
         self.hbm_bytes_per_ns = hbm_bytes_per_ns
         self.tau_ns = model.window_ms * 1e6
+        # A convolution stays at the database's clock, where a tensor-core FLOP costs less
+        # (energy per FLOP ~ clock ** (exponent - 1)).
+        self._conv_pj_per_flop = model.gemm_pj_per_flop * model.gemm_db_clock_share ** (model.clock_exponent - 1.0)
         self._decayed_to = 0.0  # GPU time to which the sums below are decayed
         self._busy_until = 0.0  # end of the latest kernel accounted
         # Exponentially weighted sums over the window, in unthrottled times (GEMMs at the burst clock):
@@ -76,9 +79,7 @@ class PowerGovernor:
         moved = op_class in MOVED_TO_BURST
         free_ns = gpu_ns * m.gemm_db_clock_share if moved else gpu_ns
         if kind == "gemm":
-            pj = m.gemm_pj_per_flop
-            if not moved:  # a convolution at the database's clock draws less per FLOP
-                pj *= m.gemm_db_clock_share ** (m.clock_exponent - 1.0)
+            pj = m.gemm_pj_per_flop if moved else self._conv_pj_per_flop
         else:
             pj = m.attention_pj_per_flop
         dyn_w = pj * flops / free_ns * 1e-3
@@ -89,7 +90,7 @@ class PowerGovernor:
         self._ef += hbm_w * gpu_ns  # HBM energy: the same bytes whatever the clock
         self._busy_until = max(self._busy_until, start_ns + duration)
         self.compute_ns += free_ns
-        self.stretched_ns += max(0.0, duration - free_ns)
+        self.stretched_ns += duration - free_ns
         return duration
 
     # -- the account --------------------------------------------------------------------------
