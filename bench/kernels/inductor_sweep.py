@@ -142,10 +142,10 @@ MATH_SIZES = ((8192, 4096), (16384, 8192), (32768, 8192))
 
 # Float8 training's casts fused with their producers, with a transposed store: what Inductor
 # makes of torchao's casts in a compiled block, where the weight-gradient GEMM needs an operand
-# column-major (`.t().contiguous().t()`). A plain cast with a transposed output runs at full
-# bandwidth (Inductor tiles it in two dimensions, `cast.fp8_t`); a kernel that also reduces
-# rows, or also stores row-major, cannot be tiled so, and stores its transposed value one
-# scattered byte at a time. Each case takes (rows, cols) of its bf16 operands.
+# column-major (`.t().contiguous().t()`). A pointwise kernel with a transposed output, alone or
+# beside row-major ones, is tiled in two dimensions by Inductor (`cast.fp8_t`, `cast_both`); a
+# row reduction cannot be, and its transposed store is scattered. Each case's operands are made
+# from (rows, cols) (`fused_operands`).
 def _fp8(v, scale):
     return (v.float() * scale).clamp(-448.0, 448.0).to(F8)
 
@@ -168,25 +168,25 @@ def _rms_fwd(x, w):
 
 
 FUSED_CASES = {
-    # name: (function, operands from (rows, cols), min bytes from (rows, cols))
+    # name: (function, its operands' kinds (fused_operands), min bytes from (rows, cols))
     "fp8_fused.cast_both": (lambda x, s: (_fp8(x, s), _col_major(_fp8(x, s))),
-                            lambda r, c: ("x", "scale"), lambda r, c: 4 * r * c),
+                            ("x", "scale"), lambda r, c: 4 * r * c),
     "fp8_fused.silu_mul_cast_t": (lambda a, b, s: _col_major(_fp8(F.silu(a) * b, s)),
-                                  lambda r, c: ("x", "x", "scale"), lambda r, c: 5 * r * c),
+                                  ("x", "x", "scale"), lambda r, c: 5 * r * c),
     "fp8_fused.silu_mul_cast_both": (lambda a, b, s: (_fp8(F.silu(a) * b, s), _col_major(_fp8(F.silu(a) * b, s))),
-                                     lambda r, c: ("x", "x", "scale"), lambda r, c: 6 * r * c),
+                                     ("x", "x", "scale"), lambda r, c: 6 * r * c),
     "fp8_fused.silu_mul_store_cast_t": (lambda a, b, s: (F.silu(a) * b, _col_major(_fp8(F.silu(a) * b, s))),
-                                        lambda r, c: ("x", "x", "scale"), lambda r, c: 7 * r * c),
+                                        ("x", "x", "scale"), lambda r, c: 7 * r * c),
     "fp8_fused.rowsum_cast_t": (lambda x, s: (x.float().sum(-1), _col_major(_fp8(x, s))),
-                                lambda r, c: ("x", "scale"), lambda r, c: 3 * r * c),
-    "fp8_fused.rms_fwd": (_rms_fwd, lambda r, c: ("x", "w"), lambda r, c: 4 * r * c),
+                                ("x", "scale"), lambda r, c: 3 * r * c),
+    "fp8_fused.rms_fwd": (_rms_fwd, ("x", "w"), lambda r, c: 4 * r * c),
     "fp8_fused.rms_fwd_cast_both": (lambda x, w, s: (lambda y: (y, _fp8(y, s), _col_major(_fp8(y, s))))(_rms_fwd(x, w)),
-                                    lambda r, c: ("x", "w", "scale"), lambda r, c: 6 * r * c),
-    "fp8_fused.rms_bwd": (_rms_bwd, lambda r, c: ("x", "x", "w"), lambda r, c: 6 * r * c),
+                                    ("x", "w", "scale"), lambda r, c: 6 * r * c),
+    "fp8_fused.rms_bwd": (_rms_bwd, ("x", "x", "w"), lambda r, c: 6 * r * c),
     "fp8_fused.rms_bwd_cast_t": (lambda g, x, w, s: (lambda gi: (gi, _col_major(_fp8(gi, s))))(_rms_bwd(g, x, w)),
-                                 lambda r, c: ("x", "x", "w", "scale"), lambda r, c: 7 * r * c),
+                                 ("x", "x", "w", "scale"), lambda r, c: 7 * r * c),
     "fp8_fused.rms_bwd_cast_t_amax": (lambda g, x, w, s: (lambda gi: (gi, _col_major(_fp8(gi, s)), gi.abs().amax()))(_rms_bwd(g, x, w)),
-                                      lambda r, c: ("x", "x", "w", "scale"), lambda r, c: 7 * r * c),
+                                      ("x", "x", "w", "scale"), lambda r, c: 7 * r * c),
 }
 
 
@@ -198,8 +198,9 @@ def _scale_f64(amax):
 
 
 def _rms_bwd_dw(g, x, w):
-    """RMSNorm's backward with its weight gradient (a sum over rows): Inductor's mix-order
-    reduction, the row reduction and the column one in one kernel."""
+    """RMSNorm's backward with its weight gradient (a sum over rows), its mean square computed
+    here: the column sum then depends on the row reduction, so Inductor makes separate kernels
+    of them (the sibling form, with the mean square saved, is `_rms_bwd_saved`)."""
     xf = x.float()
     r = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)
     xhat = xf * r
@@ -209,18 +210,18 @@ def _rms_bwd_dw(g, x, w):
 
 
 FUSED_CASES.update({
-    "fp8_f64.cast": (lambda x, a: _fp8(x, _scale_f64(a)), lambda r, c: ("x", "amax"), lambda r, c: 3 * r * c),
+    "fp8_f64.cast": (lambda x, a: _fp8(x, _scale_f64(a)), ("x", "amax"), lambda r, c: 3 * r * c),
     "fp8_f64.silu_mul_cast": (lambda a, b, m: _fp8(F.silu(a) * b, _scale_f64(m)),
-                              lambda r, c: ("x", "x", "amax"), lambda r, c: 5 * r * c),
-    "fp8_f64.cast_t": (lambda x, a: _col_major(_fp8(x, _scale_f64(a))), lambda r, c: ("x", "amax"), lambda r, c: 3 * r * c),
-    "fp8_f64.rms_bwd_dw": (lambda g, x, w, a: _rms_bwd_dw(g, x, w)[:2], lambda r, c: ("x", "x", "w", "amax"),
+                              ("x", "x", "amax"), lambda r, c: 5 * r * c),
+    "fp8_f64.cast_t": (lambda x, a: _col_major(_fp8(x, _scale_f64(a))), ("x", "amax"), lambda r, c: 3 * r * c),
+    "fp8_f64.rms_bwd_dw": (lambda g, x, w, a: _rms_bwd_dw(g, x, w)[:2], ("x", "x", "w", "amax"),
                            lambda r, c: 6 * r * c),
     # the norm's output recomputed and cast transposed for one and for three weight-gradient
     # GEMMs (q, k and v each cast their input), as in a compiled Llama block's backward
     "fp8_f64.rms_bwd_dw_cast_t1": (lambda g, x, w, a: (lambda gi, dw, y: (gi, dw, _col_major(_fp8(y, _scale_f64(a)))))(*_rms_bwd_dw(g, x, w)),
-                                   lambda r, c: ("x", "x", "w", "amax"), lambda r, c: 7 * r * c),
+                                   ("x", "x", "w", "amax"), lambda r, c: 7 * r * c),
     "fp8_f64.rms_bwd_dw_cast_t3": (lambda g, x, w, a: (lambda gi, dw, y: (gi, dw) + tuple(_col_major(_fp8(y, _scale_f64(a))) for _ in range(3)))(*_rms_bwd_dw(g, x, w)),
-                                   lambda r, c: ("x", "x", "w", "amax"), lambda r, c: 9 * r * c),
+                                   ("x", "x", "w", "amax"), lambda r, c: 9 * r * c),
 })
 
 
@@ -258,16 +259,16 @@ def _mix_like_step(inplace: bool):
     return case
 
 
-MIX_OPERANDS = lambda r, c: ("x", "x", "w", "ms", "amax")  # noqa: E731
+MIX_OPERANDS = ("x", "x", "w", "ms", "amax")
 FUSED_CASES.update({
     "mix.rms_bwd": (_mix_case(0), MIX_OPERANDS, lambda r, c: 6 * r * c),
     "mix.rms_bwd_cast_t1": (_mix_case(1), MIX_OPERANDS, lambda r, c: 7 * r * c),
     "mix.rms_bwd_cast_t2": (_mix_case(2), MIX_OPERANDS, lambda r, c: 8 * r * c),
     "mix.rms_bwd_cast_t3": (_mix_case(3), MIX_OPERANDS, lambda r, c: 9 * r * c),
     "mix.rms_bwd_cast_rowmajor1": (_mix_case(0, 1), MIX_OPERANDS, lambda r, c: 7 * r * c),
-    "mix.step_like": (_mix_like_step(False), lambda r, c: ("x", "x", "x", "x", "w", "ms", "amax", "x"),
+    "mix.step_like": (_mix_like_step(False), ("x", "x", "x", "x", "w", "ms", "amax", "x"),
                       lambda r, c: 14 * r * c),
-    "mix.step_like_inplace": (_mix_like_step(True), lambda r, c: ("x", "x", "x", "x", "w", "ms", "amax", "x"),
+    "mix.step_like_inplace": (_mix_like_step(True), ("x", "x", "x", "x", "w", "ms", "amax", "x"),
                               lambda r, c: 12 * r * c),
 })
 MIX_SIZES = ((4096, 2048), (8192, 2048), (8192, 4096), (16384, 4096), (32768, 4096), (16384, 8192))
@@ -339,7 +340,7 @@ def fused_rows(prefixes: tuple) -> list[dict]:
         compiled = torch.compile(fn, dynamic=False)
         for r, c in (MIX_SIZES if name.startswith("mix.") else FUSED_SIZES):
             try:
-                call_args = fused_operands(operands(r, c), r, c)
+                call_args = fused_operands(operands, r, c)
                 us, kernels = kernel_us(compiled, call_args)
                 detail = profiled_kernels(compiled, call_args)
             except Exception as exc:  # one failing case must not lose the sweep
