@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import re
+import socket
 
 import pytest
 
@@ -140,6 +141,20 @@ def test_ranks_run_at_their_nodes_slowest_ranks_pace(tmp_path):
                         str(report), str(path)], cwd=tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(report.read_text())["simulation"]["rank_pace"] == 1.0
+
+
+def test_rendezvous_port_is_outside_the_ephemeral_range():
+    """A port the kernel hands out for bind(0) can be taken by any outgoing connection before
+    rank 0 listens on it (CI saw EADDRINUSE with two runs in parallel)."""
+    from phantom.launcher.launch import _ephemeral_range, free_port
+
+    low, high = _ephemeral_range()
+    ports = {free_port() for _ in range(20)}
+    assert all(not low <= p <= high for p in ports), ports
+    assert len(ports) > 1  # drawn at random: two runs starting together rarely agree
+    for port in ports:
+        with socket.socket() as s:
+            s.bind(("", port))
 
 
 def test_rank_spread_is_checked(tmp_path):

@@ -3,13 +3,14 @@ test starts (`ray start --head`) and stops."""
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+
+from phantom.launcher.launch import free_port
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'phantom-sim[ray]')")
 
@@ -25,18 +26,12 @@ ARGS = ["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", "--host-speed
         "--local-batch-size", "1", "--steps", "3", "--warmup", "1"]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
     ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
     if ray_cli is None:
         pytest.skip("the `ray` command is not on PATH")
-    port = _free_port()
+    port = free_port()
     # Token authentication (Ray >= 2.5x's default for `ray start`) is off for this private,
     # local test cluster; a user's cluster brings its own token (RAY_AUTH_TOKEN).
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}

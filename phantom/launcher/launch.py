@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import random
 import secrets
 import shutil
 import signal
@@ -80,10 +81,39 @@ def _call_logged(env: dict, log_path: Path) -> int:
 
 
 # -- distributed runs --------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
+def free_port() -> int:
+    """A local TCP port for a server some other process will open (rank 0's rendezvous store).
+
+    Drawn below the kernel's ephemeral range: a port from bind(("", 0)) is free only until it is
+    closed, and every outgoing connection on the machine (other runs' store clients, say) draws
+    from that range, so in the gap before rank 0 listens one of them can take it (EADDRINUSE).
+    Below the range only another server picking the same random port can collide."""
+    low = _ephemeral_range()[0]
+    rng = random.SystemRandom()
+    for _ in range(64):
+        port = rng.randrange(10_000, low) if low > 10_000 else rng.randrange(1024, 10_000)
+        if _can_listen(port):
+            return port
+    with socket.socket() as s:  # a crowded machine: fall back to the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):  # not Linux: IANA's dynamic range
+        return 49152, 65535
+
+
+def _can_listen(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("", port))  # every interface, as the rendezvous store listens
+        except OSError:
+            return False
+    return True
 
 
 def _rank_env(config: RunConfig, rank: int, run_id: str, coordinator: str,
@@ -221,7 +251,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
         master = {"MASTER_ADDR": ray.node_ip, "MASTER_PORT": str(store.port),
                   "TORCHELASTIC_USE_AGENT_STORE": "True"}
     else:
-        master = {"MASTER_PORT": str(_free_port())}
+        master = {"MASTER_PORT": str(free_port())}
     ranks: list[_Rank] = []
     server = None
 
