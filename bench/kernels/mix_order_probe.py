@@ -1,8 +1,9 @@
 """RMSNorm's backward in a compiled float8 training block: which kernels Inductor makes of it,
 and what each costs.
 
-    python bench/kernels/mix_order_probe.py --out probe.json          # on a GPU, ~4 min
-    phantom run --gpu H100 bench/kernels/mix_order_probe.py --out sim.json
+    python bench/kernels/mix_order_probe.py --out probe.json          # on a GPU, ~2 min
+    phantom run --gpu H100 --host-speed 0.0001 bench/kernels/mix_order_probe.py --only ... --out sim.json
+    python bench/kernels/mix_order_probe.py --compare probe.json [probe2.json ...] sim.json
 
 Session 36 found that in torchtitan's compiled float8 step Inductor fuses the float8 casts of
 the recomputed norm output, stored transposed for the weight-gradient GEMMs, into RMSNorm
@@ -15,7 +16,9 @@ tensorwise scaling: torchtitan's float8 recipe), under no, full or selective act
 checkpointing, compiled whole, forward and backward with autograd. Each variant records its
 step time (CUDA events, median of 10) and every kernel of one step (the profiler: name, time,
 grid, registers); Inductor's output code (TORCHINDUCTOR_CACHE_DIR) says which kernels are
-mix-order reductions and what they store.
+mix-order reductions and what they store. `--compare` sets the real steps' GPU work (the sum of
+their kernels: these small steps leave the GPU idle between launches) against phantom's step
+with host time taken out (`--host-speed 0.0001`), which is its GPU work.
 """
 from __future__ import annotations
 
@@ -132,11 +135,50 @@ def step_ms(step, reps: int = 10) -> float:
     return statistics.median(times)
 
 
+def compare(paths: list[str]) -> str:
+    """Markdown: each real row's kernel time against the simulated row's step time."""
+    *reals, sim_path = paths
+    real = {}
+    for path in reals:
+        for row in json.load(open(path))["rows"]:
+            if "kernels" in row:
+                real[(row["variant"], row["rows"], row["cols"])] = row
+    lines = ["| variant | rows x cols | real step ms | real kernels ms | of them mix-order kernel us "
+             "| phantom GPU ms | error |", "|---|---|---|---|---|---|---|"]
+    errors = []
+    for row in json.load(open(sim_path))["rows"]:
+        key = (row["variant"], row["rows"], row["cols"])
+        if key not in real or "step_ms" not in row:
+            continue
+        r = real[key]
+        kernels_ms = sum(k["us"] for k in r["kernels"]) / 1e3
+        # a mix-order kernel: a persistent reduction over 16 rows a program (RSPLIT_SIZE)
+        mix = [k["us"] for k in r["kernels"] if k["name"].startswith("triton_per_")
+               and (k.get("grid") or [0])[0] == r["rows"] // 16]
+        err = row["step_ms"] / kernels_ms - 1
+        errors.append(abs(err))
+        lines.append(f"| {key[0]} | {key[1]} x {key[2]} | {r['step_ms']:.3f} | {kernels_ms:.3f} | "
+                     f"{mix[0] if mix else '-'} | {row['step_ms']:.3f} | {100 * err:+.1f}% |")
+    if errors:
+        lines.append(f"\nmean |error| {100 * statistics.mean(errors):.1f}%, max {100 * max(errors):.1f}% "
+                     f"over {len(errors)} rows")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--compare", nargs="+", metavar="JSON",
+                    help="real run(s) then a simulated run: print the comparison table")
+    ap.add_argument("--out")
     ap.add_argument("--only", default="", help="comma-separated variant names (default: the standard runs)")
     args = ap.parse_args()
+    if args.compare:
+        if len(args.compare) < 2:
+            ap.error("--compare needs a real run and a simulated run")
+        print(compare(args.compare))
+        return 0
+    if not args.out:
+        ap.error("--out is required (or --compare)")
     runs = DEFAULT_RUNS
     if args.only:
         wanted = args.only.split(",")

@@ -43,6 +43,7 @@ from phantom.cost.roofline import (
     split_reduction_plan,
 )
 from phantom.engine.fusion import FUSABLE_CLASSES
+from phantom.interception import mix_order
 from phantom.interception.mode import PhantomMode
 
 if TYPE_CHECKING:
@@ -103,6 +104,22 @@ def _numel(value: Any) -> int:
     return max((t.numel() for t in tree_leaves(value) if isinstance(t, torch.Tensor)), default=0)
 
 
+def _stored_bytes(node: torch.fx.Node, sizes: dict) -> int:
+    """Bytes of a stored value: as it ran, or from the graph's metadata where it has not run
+    yet (a store a mix-order kernel takes in from a later group)."""
+    if node in sizes:
+        return sizes[node][0]
+    v = node.meta.get("val")
+    return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+
+
+def _numel_of(node: torch.fx.Node, sizes: dict) -> int:
+    if node in sizes:
+        return sizes[node][1]
+    v = node.meta.get("val")
+    return v.numel() if isinstance(v, torch.Tensor) else 0
+
+
 @dataclasses.dataclass
 class GeneratedKernel:
     """One kernel Inductor would generate: the values it stores, and the stored values (graph
@@ -151,7 +168,27 @@ class GraphRunner:
                             if w.target is torch.ops.aten.copy_.default
                             or self.info[w].op_class in REDUCING_CLASSES}
         self.outer_reductions = {n for n in self.group_of if self._is_outer_reduction(n)}
+        # Inductor's mix-order reductions (a norm backward's row and column sums in one kernel)
+        # and the transposed stores of other groups that join them (interception/mix_order.py)
+        self.mix_orders = mix_order.find_mix_orders(
+            self.nodes, self.group_of, self.stored, self.reads, self.computed_with,
+            lambda n: self.info.get(n) is not None and self.info[n].op_class in REDUCING_CLASSES,
+            lambda n: self.roles.get(n) == EXTERN, self._ancestors)
+        self.joining = (mix_order.assign_joining_stores(self.mix_orders, self.group_writes, self.reads,
+                                                        self._ancestors)
+                        if self.mix_orders else {})
         self.rng_hops = _rng_hops()
+
+    def _ancestors(self, node: torch.fx.Node) -> set[torch.fx.Node]:
+        """Every node `node` is computed from, directly or not."""
+        seen: set[torch.fx.Node] = set()
+        todo = list(node.all_input_nodes)
+        while todo:
+            n = todo.pop()
+            if n not in seen:
+                seen.add(n)
+                todo.extend(n.all_input_nodes)
+        return seen
 
     def _groups(self) -> dict[torch.fx.Node, int]:
         """Group number of each node run between two library calls (EXTERN nodes)."""
@@ -293,6 +330,8 @@ class GraphRunner:
             return kernels.setdefault((space, stage), GeneratedKernel([], set(), []))
 
         for w in self.group_writes.get(group, ()):
+            if w in self.joining:
+                continue  # stored by a later mix-order kernel
             if w in self.input_space:
                 space = max(sizes[i][1] for i in w.all_input_nodes)
             else:
@@ -321,10 +360,21 @@ class GraphRunner:
             # an outer reduction (over rows, not along them) cannot hand its result to a
             # consumer over its input in the same loop: that consumer runs after it
             ready[w] = stage + 1 if w in self.outer_reductions else stage
+        mix = self.mix_orders.get(group)
+        mix_kernel = next((k for k in kernels.values() if mix.row_sum in k.writes), None) if mix else None
+        if mix_kernel is not None:
+            for t in mix.joining:
+                mix_kernel.writes.append(t)
+                mix_kernel.reads |= self.reads[t]
+                mix_kernel.computes |= self.computed_with[t]
+                mix_kernel.ops.append(t.target.__name__)
         for k in kernels.values():
             k.reads -= set(k.writes)  # what a kernel stores it does not load back
-            nbytes = sum(sizes[w][0] for w in k.writes)
+            nbytes = sum(_stored_bytes(w, sizes) for w in k.writes)
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
+            if k is mix_kernel:
+                nbytes += sum(_numel_of(w, sizes) * mix_order.TRANSPOSED_STORE_BYTES - _stored_bytes(w, sizes)
+                              for w in k.writes if mix_order.is_transposed_store(w))
             math = self._math(k.computes, sizes)
             if k.looped and len(k.writes) > len(k.looped):
                 # a looped reduction's consumers in the same kernel run in a second loop over

@@ -1,0 +1,94 @@
+"""interception/mix_order.py: Inductor's mix-order reductions in a norm's backward, and the
+transposed stores they take in from other kernels.
+
+A norm backward at a size Inductor fuses (8,192 rows of 1,024: rows >= 4,096 and >= 2 x cols,
+>= 5M elements), traced with make_fx as AOTAutograd hands it to phantom's backend and run on CPU
+tensors against test_compiled's recording simulation."""
+from __future__ import annotations
+
+import torch
+
+from phantom.interception import mix_order
+from test_compiled import _runner
+
+ROWS, COLS = 8192, 1024
+
+
+def _inputs(rows: int = ROWS, cols: int = COLS):
+    return (torch.randn(rows, cols), torch.randn(cols), torch.rand(rows, 1) + 0.5, torch.randn(rows, cols),
+            torch.randn(cols, cols))
+
+
+def _norm_backward(x, w, rstd, g, wq):
+    """RMSNorm's backward with the forward's statistic loaded (`rstd`): the input gradient's
+    row sum and the weight gradient's column sum are siblings. The recomputed norm output is
+    stored transposed for a weight-gradient GEMM (float8 training's column-major cast)."""
+    xhat = x * rstd
+    t = (xhat * w * 2).t().contiguous()
+    dw_proj = t @ g  # the weight-gradient GEMM: needs t, not needed by the norm's backward
+    gi = g @ wq  # the input gradient arriving from the projection
+    row = (gi * w * xhat).sum(-1, keepdim=True)
+    col = (gi * xhat).sum(0)
+    return rstd * (gi * w - xhat * row / x.shape[-1]), col, dw_proj
+
+
+def _named(nodes) -> set[str]:
+    return {n.name for n in nodes}
+
+
+def test_sibling_row_and_column_sums_make_one_mix_order_kernel_that_takes_in_the_transposed_cast():
+    runner, sim = _runner(_norm_backward, *_inputs())
+    (mix,) = runner.mix_orders.values()
+    assert mix.row_sum.name.startswith("sum") and mix.col_sum.name.startswith("sum")
+    (cast,) = mix.joining
+    assert mix_order.is_transposed_store(cast) and runner.joining == {cast: mix.group}
+    runner(list(_inputs()))
+    # the cast is stored by the norm's backward kernel, where each element costs a sector's
+    # traffic rather than its 4 bytes; its own group launches nothing else
+    numel = ROWS * COLS
+    biggest = max(b for _, b in sim.kernels)
+    assert biggest >= numel * mix_order.TRANSPOSED_STORE_BYTES
+    assert sum(b for _, b in sim.kernels) - biggest < numel * 4  # no other kernel stores the cast
+
+
+def test_no_mix_order_below_inductors_sizes():
+    # 4,096 rows of 4,096: fewer rows than twice the columns
+    runner, sim = _runner(_norm_backward, *_inputs(4096, 4096))
+    assert runner.mix_orders == {} and runner.joining == {}
+    runner(list(_inputs(4096, 4096)))
+    assert max(b for _, b in sim.kernels) < 4096 * 4096 * 16  # plain stores only
+
+
+def _recomputed_statistic(early: bool):
+    """The statistic recomputed in the backward, as under activation checkpointing: needed by
+    a GEMM ahead of the norm's backward (`early`, the recomputed forward's projection) or only
+    by the weight-gradient cast."""
+    def backward(x, w, rstd_unused, g, wq):
+        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        xhat = x * rstd
+        t = (xhat * w * 2).t().contiguous()
+        dw_proj = t @ g
+        gi = ((xhat * w) @ wq if early else g @ wq) + g
+        row = (gi * w * xhat).sum(-1, keepdim=True)
+        col = (gi * xhat).sum(0)
+        return rstd * (gi * w - xhat * row / x.shape[-1]), col, dw_proj
+    return backward
+
+
+def test_a_statistic_recomputed_for_the_backward_alone_fuses_with_the_row_sum_instead():
+    runner, _ = _runner(_recomputed_statistic(early=False), *_inputs())
+    assert runner.mix_orders == {}
+
+
+def test_a_statistic_a_gemm_needed_earlier_leaves_the_sums_siblings():
+    runner, _ = _runner(_recomputed_statistic(early=True), *_inputs())
+    assert len(runner.mix_orders) == 1
+
+
+def test_transposed_store_detection():
+    def f(x):
+        return x.t().contiguous(), x.contiguous() * 2, x.t() * 3
+
+    runner, _ = _runner(f, torch.randn(64, 32))
+    flagged = {n.name for n in runner.nodes if n.op == "call_function" and mix_order.is_transposed_store(n)}
+    assert len(flagged) == 1 and next(iter(flagged)).startswith("clone")
