@@ -177,7 +177,27 @@ class GraphRunner:
         self.joining = (mix_order.assign_joining_stores(self.mix_orders, self.group_writes, self.reads,
                                                         self._ancestors)
                         if self.mix_orders else {})
+        # how many times a kernel stores each value: once, or once per float8 GEMM reading it
+        self.copies = {w: self._scaled_mm_readers(w) for ws in self.group_writes.values() for w in ws}
         self.rng_hops = _rng_hops()
+
+    def _scaled_mm_readers(self, node: torch.fx.Node) -> int:
+        """1, or the number of `_scaled_mm` calls that read `node` (through views): Inductor
+        gives each float8 GEMM its own copy of a generated operand, stored by the kernel that
+        computes it (torch 2.11 on an H100: a norm output's float8 cast stored three times for
+        the q, k and v projections' GEMMs in the forward, their transposed copies three times
+        in the backward; bench/kernels/mix_order_probe.py's output code)."""
+        readers, seen, todo = 0, set(), list(node.users)
+        while todo:
+            user = todo.pop()
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.target is torch.ops.aten._scaled_mm.default:
+                readers += 1
+            elif self.roles.get(user) == NEUTRAL and user.op == "call_function":
+                todo.extend(user.users)
+        return max(readers, 1)
 
     def _ancestors(self, node: torch.fx.Node) -> set[torch.fx.Node]:
         """Every node `node` is computed from, directly or not."""
@@ -370,11 +390,11 @@ class GraphRunner:
                 mix_kernel.ops.append(t.target.__name__)
         for k in kernels.values():
             k.reads -= set(k.writes)  # what a kernel stores it does not load back
-            nbytes = sum(_stored_bytes(w, sizes) for w in k.writes)
+            nbytes = sum(_stored_bytes(w, sizes) * self.copies[w] for w in k.writes)
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
             if k is mix_kernel:
-                nbytes += sum(_numel_of(w, sizes) * mix_order.TRANSPOSED_STORE_BYTES - _stored_bytes(w, sizes)
-                              for w in k.writes if mix_order.is_transposed_store(w))
+                nbytes += sum((_numel_of(w, sizes) * mix_order.TRANSPOSED_STORE_BYTES - _stored_bytes(w, sizes))
+                              * self.copies[w] for w in k.writes if mix_order.is_transposed_store(w))
             math = self._math(k.computes, sizes)
             if k.looped and len(k.writes) > len(k.looped):
                 # a looped reduction's consumers in the same kernel run in a second loop over
