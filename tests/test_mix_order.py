@@ -7,9 +7,12 @@ tensors against test_compiled's recording simulation."""
 from __future__ import annotations
 
 import torch
+from torch._inductor.decomposition import select_decomp_table
+from torch.fx.experimental.proxy_tensor import make_fx
 
 from phantom.interception import mix_order
-from test_compiled import _runner
+from phantom.interception.compiled import GraphRunner
+from test_compiled import RecordingSim, _runner
 
 ROWS, COLS = 8192, 1024
 
@@ -92,3 +95,27 @@ def test_transposed_store_detection():
     runner, _ = _runner(f, torch.randn(64, 32))
     flagged = {n.name for n in runner.nodes if n.op == "call_function" and mix_order.is_transposed_store(n)}
     assert len(flagged) == 1 and next(iter(flagged)).startswith("clone")
+
+
+def test_a_float8_gemm_operand_is_stored_once_per_gemm_and_recomputed_by_other_kernels():
+    """Inductor gives each `_scaled_mm` its own copy of a generated operand (a norm output's
+    cast, three times for q, k and v in the H100 probe's output code); a generated consumer of
+    the same value (its transposed copy) computes it again from the value's inputs."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def f(x, wq, wk, scale):
+        xf = (x * 2).clamp(-448, 448).to(torch.float8_e4m3fn)
+        q = torch._scaled_mm(xf, wq.t(), scale, scale, out_dtype=torch.bfloat16)
+        k = torch._scaled_mm(xf, wk.t(), scale, scale, out_dtype=torch.bfloat16)
+        return q, k, xf.t().contiguous()
+
+    with FakeTensorMode():
+        args = (torch.randn(64, 32, dtype=torch.bfloat16), torch.randn(16, 32).to(torch.float8_e4m3fn),
+                torch.randn(16, 32).to(torch.float8_e4m3fn), torch.tensor(1.0))
+    gm = make_fx(f, decomposition_table=select_decomp_table(), tracing_mode="fake")(*args)
+    runner = GraphRunner(gm, RecordingSim())
+    copies = {n.target: c for n, c in runner.copies.items()}
+    assert copies[torch.ops.prims.convert_element_type.default] == 2
+    assert copies[torch.ops.aten.clone.default] == 1
+    (transposed,) = [n for n in runner.stored if mix_order.is_transposed_store(n)]
+    assert {i.op for i in runner.reads[transposed]} == {"placeholder"}  # x, not the stored cast

@@ -104,6 +104,11 @@ def _numel(value: Any) -> int:
     return max((t.numel() for t in tree_leaves(value) if isinstance(t, torch.Tensor)), default=0)
 
 
+def _meta_numel(node: torch.fx.Node) -> int | None:
+    v = node.meta.get("val")
+    return v.numel() if isinstance(v, torch.Tensor) else None
+
+
 def _stored_bytes(node: torch.fx.Node, sizes: dict) -> int:
     """Bytes of a stored value: as it ran, or from the graph's metadata where it has not run
     yet (a store a mix-order kernel takes in from a later group)."""
@@ -181,6 +186,35 @@ class GraphRunner:
         self.copies = {w: self._scaled_mm_readers(w) for ws in self.group_writes.values() for w in ws}
         self.rng_hops = _rng_hops()
 
+    def _through_views(self, node: torch.fx.Node) -> torch.fx.Node:
+        """The value a view outside every group shows (a transpose taken after a library call
+        closed the group that computed it): generated code reads or recomputes that value."""
+        base, numel = node, _meta_numel(node)
+        while (base not in self.group_of and base.op == "call_function" and self.roles.get(base) == NEUTRAL
+               and base.args and isinstance(base.args[0], torch.fx.Node)
+               and _meta_numel(base.args[0]) == numel):  # the whole value (not a slice of it)
+            base = base.args[0]
+        return base if base in self.group_of else node
+
+    def _read_only_by_scaled_mm(self, node: torch.fx.Node) -> bool:
+        """Whether every library call and graph output reading `node` (through views) is a
+        float8 GEMM, and one at least is."""
+        found, seen, todo = False, set(), list(node.users)
+        while todo:
+            user = todo.pop()
+            if user in seen:
+                continue
+            seen.add(user)
+            if user.target is torch.ops.aten._scaled_mm.default:
+                found = True
+            elif user.op == "output" or user.target is torch.ops.aten.copy_.default:
+                return False
+            elif self.roles.get(user) == NEUTRAL:
+                todo.extend(user.users)
+            elif self.roles.get(user) == EXTERN:
+                return False
+        return found and self.info[node] is not None and self.info[node].op_class not in STORED_CLASSES
+
     def _scaled_mm_readers(self, node: torch.fx.Node) -> int:
         """1, or the number of `_scaled_mm` calls that read `node` (through views): Inductor
         gives each float8 GEMM its own copy of a generated operand, stored by the kernel that
@@ -229,6 +263,9 @@ class GraphRunner:
         from, by Inductor's rules (torch/_inductor/graph.py, ir.py: a pointwise value is inlined
         into every consumer unless it must be stored, or inlining it would read too much)."""
         must = self._must_store()
+        # stored only as float8 GEMM operands: each GEMM gets its own copy (_scaled_mm_readers),
+        # and generated consumers compute the value again, as from a value not stored
+        gemm_copies = {n for n in must if self._read_only_by_scaled_mm(n)}
         stored: set[torch.fx.Node] = set()
         reads: dict[torch.fx.Node, frozenset] = {}
         computed_with: dict[torch.fx.Node, frozenset] = {}  # the nodes a value is evaluated from
@@ -245,7 +282,9 @@ class GraphRunner:
             for i in ([n.args[1]] if copy_into else n.all_input_nodes):  # copy_ overwrites args[0]
                 if gathers and i is n.args[0]:
                     needs.add(n)  # an indexed load reads what it gathers (its own size), not the source
-                elif i in self.group_of and i not in stored:
+                    continue
+                i = self._through_views(i)
+                if i in self.group_of and (i not in stored or i in gemm_copies):
                     needs |= reads[i]  # inlined: computed again in registers here
                     evaluates |= computed_with[i]
                     size += ops[i]

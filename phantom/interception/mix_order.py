@@ -177,8 +177,8 @@ def assign_joining_stores(mix_orders: dict[int, MixOrder], group_writes: dict[in
                           reads: dict[torch.fx.Node, frozenset],
                           ancestors_of: Callable[[torch.fx.Node], set[torch.fx.Node]]) -> dict[torch.fx.Node, int]:
     """Transposed stores of other groups that Inductor moves into a mix-order kernel: over its
-    input's size, loading only full-size values the kernel loads too, not needed before it
-    runs, and with nothing else in their own group to fuse with (a stored value over the same
+    input's size, loading nothing but scalars that the kernel does not load too, not needed
+    before it runs, and with nothing else in their own group to fuse with (a stored value over the same
     size loading the same input: the row-major twin of a cast stays with it)."""
     moved: dict[torch.fx.Node, int] = {}
     for mix in mix_orders.values():
@@ -191,8 +191,8 @@ def assign_joining_stores(mix_orders: dict[int, MixOrder], group_writes: dict[in
                 if t in moved or not is_transposed_store(t) or _numel(t) != mix.numel or t in upstream:
                     continue
                 big = {i for i in reads[t] if _numel(i) == mix.numel}
-                if not big or not big <= loads:
-                    continue
+                if not big or not {i for i in reads[t] if _numel(i) > 1} <= loads:
+                    continue  # a value the kernel does not load (another norm's statistic, say)
                 if any(w is not t and not is_transposed_store(w) and _numel(w) == mix.numel
                        and reads[w] & big for w in writes):
                     continue
