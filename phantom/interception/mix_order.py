@@ -94,6 +94,16 @@ def is_transposed_store(node: torch.fx.Node) -> bool:
     return out.is_contiguous() and src.stride(-1) != 1
 
 
+def _one_batch_dim(node: torch.fx.Node) -> bool:
+    """Whether the reduced input is [rows, cols] (leading dimensions of size 1 aside). Seen on
+    an H100 with torch 2.11: torchtitan's float8 blocks made mix-order kernels at local batch 1
+    ([1, 8192, 4096]) and none at local batch 2 ([2, 8192, 4096]), while the same sizes
+    flattened ([16384, 4096], mix_order_probe.py) made them; which of Inductor's checks
+    turns the batched case down was not found, so this follows what was seen."""
+    shape = _val(node.args[0]).shape
+    return all(d == 1 for d in shape[:-2])
+
+
 def qualifies(numel: int, cols: int) -> bool:
     """Inductor's size rules: enough work, at least 4,096 rows and twice as many rows as
     columns, and a row short enough to stay in registers."""
@@ -123,7 +133,7 @@ def find_mix_orders(nodes: list[torch.fx.Node], group_of: dict[torch.fx.Node, in
     cols = [n for n in nodes if n in stored and n in group_of and is_col_sum(n)]
     for r in rows:
         numel, width = reduced_input(r)
-        if not qualifies(numel, width) or group_of[r] in found:
+        if not qualifies(numel, width) or group_of[r] in found or not _one_batch_dim(r):
             continue
         for c in cols:
             if group_of[c] != group_of[r] or reduced_input(c) != (numel, width):
