@@ -180,11 +180,19 @@ class GraphRunner:
             lambda n: self.info.get(n) is not None and self.info[n].op_class in REDUCING_CLASSES,
             lambda n: self.roles.get(n) == EXTERN, self._ancestors)
         self.joining = (mix_order.assign_joining_stores(self.mix_orders, self.group_writes, self.reads,
-                                                        self._ancestors)
+                                                        self._ancestors, self._view_base)
                         if self.mix_orders else {})
         # how many times a kernel stores each value: once, or once per float8 GEMM reading it
         self.copies = {w: self._scaled_mm_readers(w) for ws in self.group_writes.values() for w in ws}
         self.rng_hops = _rng_hops()
+
+    def _view_base(self, node: torch.fx.Node) -> torch.fx.Node:
+        """The value behind a chain of whole views and aliases (`alias(rsqrt)` is `rsqrt`)."""
+        numel = _meta_numel(node)
+        while (node.op == "call_function" and self.roles.get(node) == NEUTRAL and node.args
+               and isinstance(node.args[0], torch.fx.Node) and _meta_numel(node.args[0]) == numel):
+            node = node.args[0]
+        return node
 
     def _through_views(self, node: torch.fx.Node) -> torch.fx.Node:
         """The value a view outside every group shows (a transpose taken after a library call

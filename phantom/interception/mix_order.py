@@ -185,27 +185,29 @@ def _needed_earlier(stats: list[torch.fx.Node], upstream: set[torch.fx.Node],
 
 def assign_joining_stores(mix_orders: dict[int, MixOrder], group_writes: dict[int, list[torch.fx.Node]],
                           reads: dict[torch.fx.Node, frozenset],
-                          ancestors_of: Callable[[torch.fx.Node], set[torch.fx.Node]]) -> dict[torch.fx.Node, int]:
+                          ancestors_of: Callable[[torch.fx.Node], set[torch.fx.Node]],
+                          base_of: Callable[[torch.fx.Node], torch.fx.Node]) -> dict[torch.fx.Node, int]:
     """Transposed stores of other groups that Inductor moves into a mix-order kernel: over its
     input's size, loading nothing but scalars that the kernel does not load too, not needed
-    before it runs, and with nothing else in their own group to fuse with (a stored value over the same
-    size loading the same input: the row-major twin of a cast stays with it)."""
+    before it runs, and with no row-major twin elsewhere (the same value, read from the same
+    inputs with the same scale: a gradient's two casts are stored by one kernel, seen on an
+    H100). A norm output's cast for the weight gradient, scaled by an amax of its own, joins."""
     moved: dict[torch.fx.Node, int] = {}
+    bases = {w: frozenset(base_of(i) for i in reads[w]) for ws in group_writes.values() for w in ws}
     for mix in mix_orders.values():
-        loads = set().union(*(reads[w] for w in group_writes.get(mix.group, ())))
+        loads = {base_of(i) for w in group_writes.get(mix.group, ()) for i in reads[w]}  # views: their value
         upstream = ancestors_of(mix.row_sum) | ancestors_of(mix.col_sum)
-        for group, writes in group_writes.items():
-            if group == mix.group:
+        others = [w for g, ws in group_writes.items() if g != mix.group for w in ws]
+        for t in others:
+            if t in moved or not is_transposed_store(t) or _numel(t) != mix.numel or t in upstream:
                 continue
-            for t in writes:
-                if t in moved or not is_transposed_store(t) or _numel(t) != mix.numel or t in upstream:
-                    continue
-                big = {i for i in reads[t] if _numel(i) == mix.numel}
-                if not big or not {i for i in reads[t] if _numel(i) > 1} <= loads:
-                    continue  # a value the kernel does not load (another norm's statistic, say)
-                if any(w is not t and not is_transposed_store(w) and _numel(w) == mix.numel
-                       and reads[w] & big for w in writes):
-                    continue
-                moved[t] = mix.group
-                mix.joining.append(t)
+            if not any(_numel(i) == mix.numel for i in reads[t]):
+                continue
+            if not {b for b in bases[t] if _numel(b) > 1} <= loads:
+                continue  # a value the kernel does not load (another norm's statistic, say)
+            if any(w is not t and not is_transposed_store(w) and _numel(w) == mix.numel and bases[w] == bases[t]
+                   for w in others):
+                continue  # its row-major twin (same value, same scale) is stored elsewhere: it fuses there
+            moved[t] = mix.group
+            mix.joining.append(t)
     return moved
