@@ -119,3 +119,28 @@ def test_a_float8_gemm_operand_is_stored_once_per_gemm_and_recomputed_by_other_k
     assert copies[torch.ops.aten.clone.default] == 1
     (transposed,) = [n for n in runner.stored if mix_order.is_transposed_store(n)]
     assert {i.op for i in runner.reads[transposed]} == {"placeholder"}  # x, not the stored cast
+
+
+def _gradient_casts(twin: bool):
+    """The incoming gradient `g` cast for the input-gradient GEMM (row-major, the twin) and for
+    the weight-gradient GEMM (transposed); the norm's backward adds `g` to its own result."""
+    def backward(x, w, rstd, g, wq):
+        xhat = x * rstd
+        gt = (g * 2).t().contiguous()
+        dw_proj = gt @ x
+        gi = ((g * 2) if twin else g) @ wq
+        row = (gi * w * xhat).sum(-1, keepdim=True)
+        col = (gi * xhat).sum(0)
+        return g + rstd * (gi * w - xhat * row / x.shape[-1]), col, dw_proj
+    return backward
+
+
+def test_a_transposed_cast_stays_with_its_row_major_twin():
+    """Seen on an H100: the gradient's transposed cast was stored by the kernel that stores its
+    row-major cast (same input, same scale), not by the norm's mix-order kernel."""
+    alone, _ = _runner(_gradient_casts(twin=False), *_inputs())
+    (mix,) = alone.mix_orders.values()
+    assert len(mix.joining) == 1
+    paired, _ = _runner(_gradient_casts(twin=True), *_inputs())
+    (mix,) = paired.mix_orders.values()
+    assert mix.joining == []
