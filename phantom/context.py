@@ -6,6 +6,8 @@ the report is built from. Interception calls into it; it calls nothing back.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import gc
 import os
 import random
@@ -527,10 +529,13 @@ class Simulation:
         self._generated_code = False
 
     def launch_generated_kernel(self, name: str, nbytes: float, math_flops: float = 0.0,
-                                load_efficiency: float = 1.0) -> None:
+                                load_efficiency: float = 1.0, extra_ns: float = 0.0) -> None:
         """One generated kernel moving `nbytes`, on the elementwise memory curve, or longer where
-        its math (`math_flops`, cost.roofline.generated_math_flops) is."""
+        its math (`math_flops`, cost.roofline.generated_math_flops) is; `extra_ns` on top (a
+        mix-order kernel's transposed stores, interception/mix_order.py)."""
         cost = self.cost_model.fused_pointwise(nbytes, math_flops, load_efficiency)
+        if extra_ns > 0:
+            cost = dataclasses.replace(cost, gpu_ns=cost.gpu_ns + extra_ns)
         self._launch(name, cost, self._current_stream_id())
 
     def launch_sleep(self, cycles: int) -> None:

@@ -16,12 +16,13 @@ from phantom.interception.compiled import EXTERN, FUSED, NEUTRAL, GraphRunner
 
 
 class RecordingSim:
-    gpu = SimpleNamespace(sm_count=132)  # an H100's
+    gpu = SimpleNamespace(sm_count=132, sm_clock_mhz=1980)  # an H100's
 
     def __init__(self) -> None:
         self.kernels: list[tuple[str, float]] = []
         self.math: list[float] = []
         self.efficiency: list[float] = []
+        self.extra_ns: list[float] = []
         self.in_registers = False
         self.depth = 0
 
@@ -32,9 +33,10 @@ class RecordingSim:
         self.depth -= 1
 
     def launch_generated_kernel(self, name: str, nbytes: float, math_flops: float = 0.0,
-                                load_efficiency: float = 1.0) -> None:
+                                load_efficiency: float = 1.0, extra_ns: float = 0.0) -> None:
         assert self.depth == 1
         self.kernels.append((name, nbytes))
+        self.extra_ns.append(extra_ns)
         self.math.append(math_flops)
         self.efficiency.append(load_efficiency)
 

@@ -439,16 +439,19 @@ class GraphRunner:
             k.reads -= set(k.writes)  # what a kernel stores it does not load back
             nbytes = sum(_stored_bytes(w, sizes) * self.copies[w] for w in k.writes)
             nbytes += sum(sizes[r][0] for r in k.reads if r in sizes)
+            extra_ns = 0.0
             if k is mix_kernel:
-                nbytes += sum((_numel_of(w, sizes) * mix_order.TRANSPOSED_STORE_BYTES - _stored_bytes(w, sizes))
-                              * self.copies[w] for w in k.writes if mix_order.is_transposed_store(w))
+                transposed = sum(_numel_of(w, sizes) * self.copies[w] for w in k.writes
+                                 if mix_order.is_transposed_store(w))
+                gpu = self.sim.gpu
+                extra_ns = mix_order.transposed_store_ns(transposed, gpu.sm_count, gpu.sm_clock_mhz)
             math = self._math(k.computes, sizes)
             if k.looped and len(k.writes) > len(k.looped):
                 # a looped reduction's consumers in the same kernel run in a second loop over
                 # the rows, which evaluates the inlined chain again
                 math += self._math(set().union(*(self.computed_with[w] for w in k.looped)), sizes)
             self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes,
-                                             math, k.load_efficiency)
+                                             math, k.load_efficiency, extra_ns)
 
     def _math(self, nodes: set[torch.fx.Node], sizes: dict) -> float:
         """FLOP-equivalents of evaluating `nodes` (cost.roofline.generated_math_flops)."""

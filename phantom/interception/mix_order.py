@@ -11,11 +11,13 @@ one byte of a different 32-byte sector for every element of a row. Sectors leave
 next rows fill them in, and each such store costs about a sector's traffic, where a plain store
 costs its own bytes.
 
-Measured on an H100 (bench/kernels/mix_order_probe.py, bench/README 'Session 37'): a float8
-block's norm backward with 1-3 transposed casts took 13-18 ps an element a cast more than the
-same kernel without them, at 3 sizes: 40-55 bytes at the memory curve's bandwidth, mean 47 (a
-sector read and written back would be 64). A transposed store in a kernel that tiles rows and
-columns (a pointwise kernel) costs about its own bytes and is not charged more here.
+Measured (bench/kernels/mix_order_probe.py, bench/README 'Session 37'): a float8 block's norm
+backward with 1-3 transposed casts took 13-18 ps an element a cast more than the same kernel
+without them on an H100, at 3 sizes, and 13-15 ps on an H200, whose memory is 1.4x as fast: the
+cost does not follow memory bandwidth but the SMs and L2, which the two share (132 SMs at
+1,980 MHz). So it is charged per element in SM cycles: 15 ps x 132 SMs x 1.98 GHz = 3.9. A
+transposed store in a kernel that tiles rows and columns (a pointwise kernel) costs about its
+own bytes and is not charged more here.
 """
 from __future__ import annotations
 
@@ -29,8 +31,8 @@ import torch.fx
 MIN_NUMEL = 5 * 2**20
 MIN_ROWS = 4096
 MAX_COLS = 16 * 1024
-# Memory traffic of one element a mix-order kernel stores transposed, its own bytes included.
-TRANSPOSED_STORE_BYTES = 48.0
+# SM cycles (summed over the SMs) one element a mix-order kernel stores transposed costs.
+TRANSPOSED_STORE_SM_CYCLES = 3.9
 
 
 @dataclasses.dataclass
@@ -41,6 +43,11 @@ class MixOrder:
     col_sum: torch.fx.Node
     numel: int
     joining: list[torch.fx.Node] = dataclasses.field(default_factory=list)  # stores from other groups
+
+
+def transposed_store_ns(elements: float, sm_count: int, sm_clock_mhz: float) -> float:
+    """Time a mix-order kernel spends storing `elements` transposed, beyond their bytes."""
+    return elements * TRANSPOSED_STORE_SM_CYCLES / (sm_count * sm_clock_mhz * 1e-3)
 
 
 def _val(node: torch.fx.Node) -> torch.Tensor | None:
