@@ -119,10 +119,7 @@ def _stored_bytes(node: torch.fx.Node, sizes: dict) -> int:
 
 
 def _numel_of(node: torch.fx.Node, sizes: dict) -> int:
-    if node in sizes:
-        return sizes[node][1]
-    v = node.meta.get("val")
-    return v.numel() if isinstance(v, torch.Tensor) else 0
+    return sizes[node][1] if node in sizes else (_meta_numel(node) or 0)
 
 
 @dataclasses.dataclass
@@ -204,24 +201,29 @@ class GraphRunner:
             base = base.args[0]
         return base if base in self.group_of else node
 
-    def _read_only_by_scaled_mm(self, node: torch.fx.Node) -> bool:
-        """Whether every library call and graph output reading `node` (through views) is a
-        float8 GEMM, and one at least is."""
-        found, seen, todo = False, set(), list(node.users)
+    def _readers(self, node: torch.fx.Node) -> list[torch.fx.Node]:
+        """The nodes that read `node`, directly or through views."""
+        found, seen, todo = [], set(), list(node.users)
         while todo:
             user = todo.pop()
             if user in seen:
                 continue
             seen.add(user)
-            if user.target is torch.ops.aten._scaled_mm.default:
-                found = True
-            elif user.op == "output" or user.target is torch.ops.aten.copy_.default:
-                return False
-            elif self.roles.get(user) == NEUTRAL:
+            if user.op == "call_function" and self.roles.get(user) == NEUTRAL:
                 todo.extend(user.users)
-            elif self.roles.get(user) == EXTERN:
-                return False
-        return found and self.info[node] is not None and self.info[node].op_class not in STORED_CLASSES
+            else:
+                found.append(user)
+        return found
+
+    def _read_only_by_scaled_mm(self, node: torch.fx.Node) -> bool:
+        """Whether every library call and graph output reading `node` (through views) is a
+        float8 GEMM, and one at least is."""
+        readers = self._readers(node)
+        gemms = [u for u in readers if u.target is torch.ops.aten._scaled_mm.default]
+        if not gemms or any(u.op == "output" or u.target is torch.ops.aten.copy_.default
+                            or (self.roles.get(u) == EXTERN and u not in gemms) for u in readers):
+            return False
+        return self.info[node] is not None and self.info[node].op_class not in STORED_CLASSES
 
     def _scaled_mm_readers(self, node: torch.fx.Node) -> int:
         """1, or the number of `_scaled_mm` calls that read `node` (through views): Inductor
@@ -229,17 +231,7 @@ class GraphRunner:
         computes it (torch 2.11 on an H100: a norm output's float8 cast stored three times for
         the q, k and v projections' GEMMs in the forward, their transposed copies three times
         in the backward; bench/kernels/mix_order_probe.py's output code)."""
-        readers, seen, todo = 0, set(), list(node.users)
-        while todo:
-            user = todo.pop()
-            if user in seen:
-                continue
-            seen.add(user)
-            if user.target is torch.ops.aten._scaled_mm.default:
-                readers += 1
-            elif self.roles.get(user) == NEUTRAL and user.op == "call_function":
-                todo.extend(user.users)
-        return max(readers, 1)
+        return max(1, sum(u.target is torch.ops.aten._scaled_mm.default for u in self._readers(node)))
 
     def _ancestors(self, node: torch.fx.Node) -> set[torch.fx.Node]:
         """Every node `node` is computed from, directly or not."""
