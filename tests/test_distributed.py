@@ -151,6 +151,7 @@ def test_rendezvous_port_is_outside_the_ephemeral_range():
     low, high = _ephemeral_range()
     ports = {free_port() for _ in range(20)}
     assert all(not low <= p <= high for p in ports), ports
+    assert all(p >= 20_000 for p in ports), ports  # clear of Ray's worker ports (10,002-19,999)
     assert len(ports) > 1  # drawn at random: two runs starting together rarely agree
     for port in ports:
         with socket.socket() as s:

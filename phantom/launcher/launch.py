@@ -81,17 +81,23 @@ def _call_logged(env: dict, log_path: Path) -> int:
 
 
 # -- distributed runs --------------------------------------------------------------------
+FREE_PORT_FLOOR = 20_000
+
+
 def free_port() -> int:
     """A local TCP port for a server some other process will open (rank 0's rendezvous store).
 
     Drawn below the kernel's ephemeral range: a port from bind(("", 0)) is free only until it is
     closed, and every outgoing connection on the machine (other runs' store clients, say) draws
     from that range, so in the gap before rank 0 listens one of them can take it (EADDRINUSE).
-    Below the range only another server picking the same random port can collide."""
+    Below the range only another server picking the same port can collide. The draw starts at
+    20,000, clear of Ray's default worker ports (10,002-19,999): a Ray node reserves them as a
+    block, and `ray start --port` inside it fails (seen in CI)."""
     low = _ephemeral_range()[0]
+    first = FREE_PORT_FLOOR if low > FREE_PORT_FLOOR + 1000 else 1024
     rng = random.SystemRandom()
-    for _ in range(64):
-        port = rng.randrange(10_000, low) if low > 10_000 else rng.randrange(1024, 10_000)
+    for _ in range(64 if low > first else 0):
+        port = rng.randrange(first, low)
         if _can_listen(port):
             return port
     with socket.socket() as s:  # a crowded machine: fall back to the kernel's choice
