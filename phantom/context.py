@@ -7,7 +7,6 @@ the report is built from. Interception calls into it; it calls nothing back.
 from __future__ import annotations
 
 import dataclasses
-
 import gc
 import os
 import random

@@ -104,11 +104,6 @@ def _numel(value: Any) -> int:
     return max((t.numel() for t in tree_leaves(value) if isinstance(t, torch.Tensor)), default=0)
 
 
-def _meta_numel(node: torch.fx.Node) -> int | None:
-    v = node.meta.get("val")
-    return v.numel() if isinstance(v, torch.Tensor) else None
-
-
 def _stored_bytes(node: torch.fx.Node, sizes: dict) -> int:
     """Bytes of a stored value: as it ran, or from the graph's metadata where it has not run
     yet (a store a mix-order kernel takes in from a later group)."""
@@ -119,7 +114,7 @@ def _stored_bytes(node: torch.fx.Node, sizes: dict) -> int:
 
 
 def _numel_of(node: torch.fx.Node, sizes: dict) -> int:
-    return sizes[node][1] if node in sizes else (_meta_numel(node) or 0)
+    return sizes[node][1] if node in sizes else mix_order.meta_numel(node)
 
 
 @dataclasses.dataclass
@@ -183,22 +178,20 @@ class GraphRunner:
         self.copies = {w: self._scaled_mm_readers(w) for ws in self.group_writes.values() for w in ws}
         self.rng_hops = _rng_hops()
 
-    def _view_base(self, node: torch.fx.Node) -> torch.fx.Node:
-        """The value behind a chain of whole views and aliases (`alias(rsqrt)` is `rsqrt`)."""
-        numel = _meta_numel(node)
-        while (node.op == "call_function" and self.roles.get(node) == NEUTRAL and node.args
-               and isinstance(node.args[0], torch.fx.Node) and _meta_numel(node.args[0]) == numel):
+    def _view_base(self, node: torch.fx.Node, stop_in_groups: bool = False) -> torch.fx.Node:
+        """The value behind a chain of whole views and aliases (`alias(rsqrt)` is `rsqrt`; not
+        a slice of it), or the first node of a group on the way (`stop_in_groups`)."""
+        numel = mix_order.meta_numel(node)
+        while (not (stop_in_groups and node in self.group_of) and node.op == "call_function"
+               and self.roles.get(node) == NEUTRAL and node.args and isinstance(node.args[0], torch.fx.Node)
+               and mix_order.meta_numel(node.args[0]) == numel):
             node = node.args[0]
         return node
 
     def _through_views(self, node: torch.fx.Node) -> torch.fx.Node:
         """The value a view outside every group shows (a transpose taken after a library call
         closed the group that computed it): generated code reads or recomputes that value."""
-        base, numel = node, _meta_numel(node)
-        while (base not in self.group_of and base.op == "call_function" and self.roles.get(base) == NEUTRAL
-               and base.args and isinstance(base.args[0], torch.fx.Node)
-               and _meta_numel(base.args[0]) == numel):  # the whole value (not a slice of it)
-            base = base.args[0]
+        base = self._view_base(node, stop_in_groups=True)
         return base if base in self.group_of else node
 
     def _readers(self, node: torch.fx.Node) -> list[torch.fx.Node]:

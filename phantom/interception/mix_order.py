@@ -55,9 +55,11 @@ def _val(node: torch.fx.Node) -> torch.Tensor | None:
     return v if isinstance(v, torch.Tensor) else None
 
 
-def _numel(node: torch.fx.Node) -> int:
+def meta_numel(node: torch.fx.Node) -> int:
+    """Elements of a graph node's value, from its metadata (0 for anything but a tensor)."""
     v = _val(node)
     return v.numel() if v is not None else 0
+
 
 
 def reduced_input(node: torch.fx.Node) -> tuple[int, int] | None:
@@ -70,23 +72,24 @@ def reduced_input(node: torch.fx.Node) -> tuple[int, int] | None:
     return v.numel(), v.shape[-1]
 
 
-def is_row_sum(node: torch.fx.Node) -> bool:
-    shape = reduced_input(node)
+def _summed_dims(node: torch.fx.Node) -> tuple[list[int], int] | None:
+    """The dimensions a sum over a 2+ dim input reduces (sorted, non-negative) and its rank."""
     dims = node.args[1] if len(node.args) > 1 else None
-    if shape is None or not isinstance(dims, (list, tuple)):
-        return False
+    if reduced_input(node) is None or not isinstance(dims, (list, tuple)):
+        return None
     rank = _val(node.args[0]).dim()
-    return [d % rank for d in dims] == [rank - 1]
+    return sorted(d % rank for d in dims), rank
+
+
+def is_row_sum(node: torch.fx.Node) -> bool:
+    summed = _summed_dims(node)
+    return summed is not None and summed[0] == [summed[1] - 1]
 
 
 def is_col_sum(node: torch.fx.Node) -> bool:
     """A sum over every dimension but the last: each column's total."""
-    shape = reduced_input(node)
-    dims = node.args[1] if len(node.args) > 1 else None
-    if shape is None or not isinstance(dims, (list, tuple)):
-        return False
-    rank = _val(node.args[0]).dim()
-    return sorted(d % rank for d in dims) == list(range(rank - 1))
+    summed = _summed_dims(node)
+    return summed is not None and summed[0] == list(range(summed[1] - 1))
 
 
 def is_transposed_store(node: torch.fx.Node) -> bool:
@@ -150,7 +153,7 @@ def find_mix_orders(nodes: list[torch.fx.Node], group_of: dict[torch.fx.Node, in
             stats = _statistics((r, c), is_reduction, is_extern)
             if stats and not _needed_earlier(stats, ancestors_of(r) | ancestors_of(c), is_extern):
                 continue
-            if any(_numel(i) == numel for i in reads[r] & reads[c]):
+            if any(meta_numel(i) == numel for i in reads[r] & reads[c]):
                 found[group_of[r]] = MixOrder(group_of[r], r, c, numel)
                 break
     return found
@@ -206,13 +209,13 @@ def assign_joining_stores(mix_orders: dict[int, MixOrder], group_writes: dict[in
         upstream = ancestors_of(mix.row_sum) | ancestors_of(mix.col_sum)
         others = [w for g, ws in group_writes.items() if g != mix.group for w in ws]
         for t in others:
-            if t in moved or not is_transposed_store(t) or _numel(t) != mix.numel or t in upstream:
+            if t in moved or not is_transposed_store(t) or meta_numel(t) != mix.numel or t in upstream:
                 continue
-            if not any(_numel(i) == mix.numel for i in reads[t]):
+            if not any(meta_numel(i) == mix.numel for i in reads[t]):
                 continue
-            if not {b for b in bases[t] if _numel(b) > 1} <= loads:
+            if not {b for b in bases[t] if meta_numel(b) > 1} <= loads:
                 continue  # a value the kernel does not load (another norm's statistic, say)
-            if any(w is not t and not is_transposed_store(w) and _numel(w) == mix.numel and bases[w] == bases[t]
+            if any(w is not t and not is_transposed_store(w) and meta_numel(w) == mix.numel and bases[w] == bases[t]
                    for w in others):
                 continue  # its row-major twin (same value, same scale) is stored elsewhere: it fuses there
             moved[t] = mix.group
