@@ -1,0 +1,219 @@
+"""How far apart the real measurements of one acceptance row are, and what that leaves reachable.
+
+Issues 4, 8, 9 and 10 accept on iteration times measured for real on lent 2 x H200 machines and
+simulated here. Each row was measured more than once (different calls, days and machines of the
+same kind). This script reads every committed real sample of those rows and asks, per row: how
+far apart are the samples, and what is the smallest error any single predicted value x could
+have against all of them at once? That error is (max - min) / (max + min), reached at
+x = 2 max min / (max + min). Where it exceeds the issue's bound, no simulator, however exact,
+meets the bound against every real sample: the row's ground truth moves more than the bound.
+
+It also lists the GPU hosts' reference CPU step (`python -m phantom.engine.host`, run before and
+after most device calls): the same tiny PyTorch step timed on the lent hosts, whose speed sets a
+host-bound row's real time.
+
+    python bench/ground_truth_spread.py [--out bench/data/session38/ground_truth_spread.md]
+
+Standard library only; the sources are the JSON and log files named in each row.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data"
+
+
+@dataclass
+class Row:
+    issue: int
+    suite: str
+    name: str
+    bound_pct: float  # the issue's bound on one row's error (its max; or its mean where no max)
+    bound_kind: str
+    samples: list[tuple[float, str]] = field(default_factory=list)  # (ms, source)
+
+    def spread_pct(self) -> float:
+        ms = [m for m, _ in self.samples]
+        return 100 * (max(ms) / min(ms) - 1)
+
+    def floor_pct(self) -> float:
+        """The least error one value can have against every sample at once."""
+        ms = [m for m, _ in self.samples]
+        return 100 * (max(ms) - min(ms)) / (max(ms) + min(ms))
+
+
+def _median_tail(values: list[float], skip: int) -> float:
+    return statistics.median(values[skip:])
+
+
+def distributed_samples(path: Path) -> dict[str, float]:
+    """`distributed.py real`: per config the median of the steps after the 3 warm-up ones."""
+    results = json.loads(path.read_text())["results"]
+    items = results.items() if isinstance(results, dict) else ((r["name"], r) for r in results)
+    return {name: _median_tail(r["iter_ms"], 3) for name, r in items
+            if isinstance(r, dict) and isinstance(r.get("iter_ms"), list) and len(r["iter_ms"]) > 3}
+
+
+def deepspeed_samples(path: Path) -> dict[str, float]:
+    """`deepspeed.py real`, runs with DeepSpeed's FusedAdam only (as simulated; the first
+    2 x H200 sample's JIT build failed and fell back to torch's Adam)."""
+    return {r["config"]["name"]: r["median_iter_ms"] for r in json.loads(path.read_text())["results"]
+            if r.get("median_iter_ms") and r.get("optimizer") == "fused_adam"}
+
+
+def megatron_samples(path: Path) -> dict[str, float]:
+    return {name: r["median_ms"] for name, r in json.loads(path.read_text())["results"].items()
+            if r.get("median_ms")}
+
+
+def nonllm_samples(path: Path) -> dict[str, float]:
+    runs = json.loads(path.read_text())["runs"]
+    return {f"{r['workload']} x{r['gpus']}": r["summary"]["median_iter_ms"] for r in runs
+            if r.get("summary") and r["summary"].get("median_iter_ms")}
+
+
+def unet_log_samples(path: Path) -> list[tuple[str, float]]:
+    """`device/unet_flicker.sh`'s log: '== unet N GPU' headers, then the script's summary line.
+    Runs under the profiler (the header names its command after 'GPU') are left out."""
+    out, gpus = [], None
+    for line in path.read_text().splitlines():
+        m = re.match(r"== unet (\d) GPU\s*(\S*)", line)
+        if m:
+            gpus = int(m.group(1)) if not m.group(2) else None
+        m = re.search(r"summary: median_iter_ms=([\d.]+)", line)
+        if m and gpus:
+            out.append((f"unet x{gpus}", float(m.group(1))))
+    return out
+
+
+# Every committed real sample of the 2 x H200 acceptance rows (files under bench/data).
+S38 = "session38/device_spread_h200x2/session38_"
+S38_UNET = "session38/device_unet_spread_h200x2/session38_unet_"
+DISTRIBUTED_H200 = ["real_distributed_h200x2.json", "session19/h200x2_call1_ground_truth/real_distributed_h200x2.json",
+                    S38 + "r1_real_distributed_h200x2.json", S38 + "r2_real_distributed_h200x2.json"]
+DEEPSPEED_H200 = ["deepspeed_real_h200x2.json", "deepspeed_real_h200x2_fusedadam.json",
+                  "session19/h200x2_call2_followup/deepspeed_real_h200x2.json", S38 + "deepspeed_real_h200x2.json"]
+MEGATRON_H200 = ["megatron_real_h200x2.json", "session19/h200x2_call1_ground_truth/megatron_real_h200x2.json",
+                 S38 + "r1_megatron_real_h200x2.json", S38 + "r2_megatron_real_h200x2.json"]
+NONLLM_H200 = ["real_nonllm_h200x2.json", "session19/h200x2_call1_ground_truth/real_nonllm_h200x2.json",
+               *(f"{S38_UNET}r{i}_real_nonllm_h200x2.json" for i in (1, 2, 3))]
+UNET_LOGS_H200 = ["unet_session7/real_unet_h200x2.log"]
+
+# (issue, suite, bound on one row's error in %, what the bound is)
+SUITES = {
+    "distributed": (4, 10.0, "max"),
+    "megatron": (8, 5.0, "each row"),
+    "deepspeed": (9, 5.0, "mean"),
+    "nonllm": (10, 12.0, "max"),
+}
+
+
+def collect() -> list[Row]:
+    rows: dict[tuple[str, str], Row] = {}
+
+    def add(suite: str, name: str, ms: float, source: str) -> None:
+        issue, bound, kind = SUITES[suite]
+        row = rows.setdefault((suite, name), Row(issue, suite, name, bound, kind))
+        row.samples.append((ms, source))
+
+    readers = [("distributed", DISTRIBUTED_H200, distributed_samples),
+               ("deepspeed", DEEPSPEED_H200, deepspeed_samples),
+               ("megatron", MEGATRON_H200, megatron_samples),
+               ("nonllm", NONLLM_H200, nonllm_samples)]
+    for suite, paths, read in readers:
+        for rel in paths:
+            path = DATA / rel
+            if path.exists():
+                for name, ms in read(path).items():
+                    add(suite, name, ms, rel)
+    for rel in UNET_LOGS_H200:
+        if (DATA / rel).exists():
+            for name, ms in unet_log_samples(DATA / rel):
+                add("nonllm", name, ms, rel)
+    return [r for r in rows.values() if len(r.samples) >= 2]
+
+
+def reference_steps() -> list[tuple[str, float]]:
+    """The lent GPU hosts' reference CPU step (fastest timing), every committed measurement."""
+    out = []
+    for hit in sorted(glob.glob(str(DATA / "**" / "host_reference*.json"), recursive=True)):
+        try:
+            d = json.loads(Path(hit).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("host_step_ns") and "Xeon" in d.get("cpu", ""):
+            out.append((str(Path(hit).relative_to(DATA)), d["host_step_ns"] / 1e3))
+    return out
+
+
+def before_after_pairs(steps: list[tuple[str, float]]) -> list[tuple[str, float, float]]:
+    by_dir: dict[str, dict[str, float]] = {}
+    for rel, us in steps:
+        name = Path(rel).name
+        for tag in ("before", "after", "_1", "_2"):
+            if tag in name:
+                by_dir.setdefault(str(Path(rel).parent), {})[tag] = us
+    pairs = []
+    for d, tags in by_dir.items():
+        if "before" in tags and "after" in tags:
+            pairs.append((d, tags["before"], tags["after"]))
+        elif "_1" in tags and "_2" in tags:
+            pairs.append((d, tags["_1"], tags["_2"]))
+    return pairs
+
+
+def report() -> str:
+    rows = collect()
+    lines = ["Real samples of the 2 x H200 acceptance rows (every committed one; "
+             "`python bench/ground_truth_spread.py`).", "",
+             "| issue | suite | row | real ms (samples) | spread | least error one value can have against all | issue's bound | reachable |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.issue, r.name)):
+        ms = ", ".join(f"{m:.1f}" for m, _ in r.samples)
+        reach = "yes" if r.floor_pct() <= r.bound_pct else "**no**"
+        lines.append(f"| {r.issue} | {r.suite} | {r.name} | {ms} | {r.spread_pct():.1f}% | "
+                     f"{r.floor_pct():.1f}% | {r.bound_pct:.0f}% ({r.bound_kind}) | {reach} |")
+    lines += ["", "Per suite, the least mean error reachable against every sample (the mean of the rows' floors):", ""]
+    for suite, (issue, bound, kind) in SUITES.items():
+        floors = [r.floor_pct() for r in rows if r.suite == suite]
+        if floors:
+            lines.append(f"- issue {issue}, {suite}: mean floor {statistics.mean(floors):.1f}%, "
+                         f"max floor {max(floors):.1f}% over {len(floors)} rows (bound: {bound:.0f}%, {kind})")
+    lines += ["", "Sources:", ""]
+    for r in sorted(rows, key=lambda r: (r.issue, r.name)):
+        lines.append(f"- {r.suite} {r.name}: " + "; ".join(f"{m:.1f} ms `{s}`" for m, s in r.samples))
+    steps = reference_steps()
+    if steps:
+        us = [v for _, v in steps]
+        lines += ["", f"The lent GPU hosts' reference CPU step (`python -m phantom.engine.host`, fastest of 15 "
+                  f"timings): {len(us)} measurements, {min(us):.0f}-{max(us):.0f} us "
+                  f"(median {statistics.median(us):.0f}, max/min {max(us) / min(us):.2f}).", ""]
+        pairs = before_after_pairs(steps)
+        if pairs:
+            ratios = [max(a, b) / min(a, b) for _, a, b in pairs]
+            lines.append(f"Before and after one device call (same machine, minutes apart), {len(pairs)} pairs: "
+                         f"ratio median {statistics.median(ratios):.2f}, max {max(ratios):.2f}:")
+            lines.append("")
+            for d, a, b in sorted(pairs, key=lambda p: -max(p[1], p[2]) / min(p[1], p[2]))[:8]:
+                lines.append(f"- `{d}`: {a:.0f} -> {b:.0f} us")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--out", help="also write the table here")
+    args = p.parse_args()
+    text = report()
+    print(text, end="")
+    if args.out:
+        Path(args.out).write_text(text)
+
+
+if __name__ == "__main__":
+    main()
