@@ -12,7 +12,11 @@ It also lists the GPU hosts' reference CPU step (`python -m phantom.engine.host`
 after most device calls): the same tiny PyTorch step timed on the lent hosts, whose speed sets a
 host-bound row's real time.
 
-    python bench/ground_truth_spread.py [--out bench/data/session38/ground_truth_spread.md]
+    python bench/ground_truth_spread.py [--sim bench/data/session38/sim_suites*/] [--out FILE]
+
+With --sim (folders of the suites' simulated results, one per run, as bench/data/session38/queue.sh
+writes them), it also sets phantom's numbers (the median of its runs) against the median of the
+real samples, and every run against every sample.
 
 Standard library only; the sources are the JSON and log files named in each row.
 """
@@ -136,7 +140,57 @@ def collect() -> list[Row]:
         if (DATA / rel).exists():
             for name, ms in unet_log_samples(DATA / rel):
                 add("nonllm", name, ms, rel)
-    return [r for r in rows.values() if len(r.samples) >= 2]
+    return list(rows.values())
+
+
+def _table_column(path: Path, column: int, key) -> dict[str, float]:
+    """Rows of a markdown table the bench scripts write: {key(cells): float(cells[column])}."""
+    out = {}
+    for line in path.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > column:
+            try:
+                out[key(cells)] = float(cells[column])
+            except ValueError:
+                continue
+    return out
+
+
+def simulated(folder: Path) -> dict[tuple[str, str], float]:
+    """phantom's iteration times from one run of the suites (queue.sh's file names)."""
+    sims: dict[tuple[str, str], float] = {}
+    files = {"distributed": ("sim_distributed_h200x2.md", lambda p: _table_column(p, 3, lambda c: c[0])),
+             "deepspeed": ("deepspeed_sim_h200x2.json", deepspeed_samples),
+             "megatron": ("megatron_sim_h200x2.json", megatron_samples),
+             "nonllm": ("sim_nonllm_h200x2.md", lambda p: _table_column(p, 3, lambda c: f"{c[0]} x{c[1]}"))}
+    for suite, (name, read) in files.items():
+        if (folder / name).exists():
+            sims.update({(suite, row): ms for row, ms in read(folder / name).items()})
+    return sims
+
+
+def compare(rows: list[Row], runs: list[dict[tuple[str, str], float]], sources: list[str]) -> list[str]:
+    """phantom's runs (the median of the runs per row) against the median of the real samples."""
+    lines = ["", f"phantom ({len(runs)} run(s) of the suites on the simulating machine: "
+             + ", ".join(f"`{s}`" for s in sources) + ") against the real samples:", "",
+             "| issue | row | phantom ms, each run | phantom median | real median (samples) | error vs real median | "
+             "error of each run vs each sample |", "|---|---|---|---|---|---|---|"]
+    errors: dict[str, list[float]] = {}
+    for r in sorted(rows, key=lambda r: (r.issue, r.name)):
+        sims = [run[(r.suite, r.name)] for run in runs if (r.suite, r.name) in run]
+        if not sims:
+            continue
+        sim, real = statistics.median(sims), statistics.median(m for m, _ in r.samples)
+        each = sorted(100 * (x / m - 1) for x in sims for m, _ in r.samples)
+        errors.setdefault(r.suite, []).append(abs(100 * (sim / real - 1)))
+        lines.append(f"| {r.issue} | {r.name} | {', '.join(f'{x:.1f}' for x in sims)} | {sim:.1f} | "
+                     f"{real:.1f} ({len(r.samples)}) | {100 * (sim / real - 1):+.1f}% | {each[0]:+.1f} to {each[-1]:+.1f}% |")
+    lines.append("")
+    for suite, errs in errors.items():
+        issue, bound, kind = SUITES[suite]
+        lines.append(f"- issue {issue}, {suite}: phantom's median against the real median, mean |error| "
+                     f"{statistics.mean(errs):.1f}%, max {max(errs):.1f}% over {len(errs)} rows (bound {bound:.0f}%, {kind})")
+    return lines
 
 
 def reference_steps() -> list[tuple[str, float]]:
@@ -168,26 +222,31 @@ def before_after_pairs(steps: list[tuple[str, float]]) -> list[tuple[str, float,
     return pairs
 
 
-def report() -> str:
+def report(sim_folders: list[Path] | None = None) -> str:
     rows = collect()
     lines = ["Real samples of the 2 x H200 acceptance rows (every committed one; "
              "`python bench/ground_truth_spread.py`).", "",
              "| issue | suite | row | real ms (samples) | spread | least error one value can have against all | issue's bound | reachable |",
              "|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.issue, r.name)):
+        if len(r.samples) < 2:
+            continue
         ms = ", ".join(f"{m:.1f}" for m, _ in r.samples)
         reach = "yes" if r.floor_pct() <= r.bound_pct else "**no**"
         lines.append(f"| {r.issue} | {r.suite} | {r.name} | {ms} | {r.spread_pct():.1f}% | "
                      f"{r.floor_pct():.1f}% | {r.bound_pct:.0f}% ({r.bound_kind}) | {reach} |")
     lines += ["", "Per suite, the least mean error reachable against every sample (the mean of the rows' floors):", ""]
     for suite, (issue, bound, kind) in SUITES.items():
-        floors = [r.floor_pct() for r in rows if r.suite == suite]
+        floors = [r.floor_pct() if len(r.samples) > 1 else 0.0 for r in rows if r.suite == suite]
         if floors:
             lines.append(f"- issue {issue}, {suite}: mean floor {statistics.mean(floors):.1f}%, "
-                         f"max floor {max(floors):.1f}% over {len(floors)} rows (bound: {bound:.0f}%, {kind})")
+                         f"max floor {max(floors):.1f}% over its {len(floors)} rows, a row of one sample "
+                         f"counting 0 (bound: {bound:.0f}%, {kind})")
     lines += ["", "Sources:", ""]
     for r in sorted(rows, key=lambda r: (r.issue, r.name)):
         lines.append(f"- {r.suite} {r.name}: " + "; ".join(f"{m:.1f} ms `{s}`" for m, s in r.samples))
+    if sim_folders:
+        lines += compare(rows, [simulated(f) for f in sim_folders], [str(f) for f in sim_folders])
     steps = reference_steps()
     if steps:
         us = [v for _, v in steps]
@@ -207,9 +266,11 @@ def report() -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sim", type=Path, nargs="*", default=[],
+                   help="folders of simulated suite results (queue.sh's), one per run of the suites")
     p.add_argument("--out", help="also write the table here")
     args = p.parse_args()
-    text = report()
+    text = report(args.sim)
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text)
