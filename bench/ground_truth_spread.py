@@ -108,6 +108,13 @@ MEGATRON_H200 = ["megatron_real_h200x2.json", "session19/h200x2_call1_ground_tru
 NONLLM_H200 = ["real_nonllm_h200x2.json", "session19/h200x2_call1_ground_truth/real_nonllm_h200x2.json",
                *(f"{S38_UNET}r{i}_real_nonllm_h200x2.json" for i in (1, 2, 3))]
 UNET_LOGS_H200 = ["unet_session7/real_unet_h200x2.log"]
+# nccl-tests-style sweeps through torch.distributed (`collectives.py real`), 2 x H200
+COLLECTIVES_H200 = ["real_collectives_h200x2.json", "real_collectives_small_h200x2_session7.json",
+                    "session19/h200x2_call1_ground_truth/real_collectives_h200x2.json",
+                    "session19/h200x2_call1_ground_truth/real_collectives_h200x2_b.json"]
+MIB = 1 << 20
+# issue 4: mean |error| <= 10% for sizes from 1 MiB, <= 25% below
+COLLECTIVE_BOUNDS = {"from 1 MiB": 10.0, "below 1 MiB": 25.0}
 
 # (issue, suite, bound on one row's error in %, what the bound is)
 SUITES = {
@@ -193,6 +200,53 @@ def compare(rows: list[Row], runs: list[dict[tuple[str, str], float]], sources: 
     return lines
 
 
+def collective_times(path: Path) -> dict[tuple[str, int], float]:
+    """`collectives.py real` or `sim --json`: (op, size) -> time in us."""
+    return {(r["op"], r["size"]): r["time_us"] for r in json.loads(path.read_text())["results"]
+            if r.get("time_us")}
+
+
+def collectives(sim_paths: list[Path]) -> list[str]:
+    """Every committed real sweep, and phantom's sweeps (the median of its runs per op and
+    size) against the median of the real ones, by issue 4's two size ranges."""
+    real: dict[tuple[str, int], list[float]] = {}
+    for rel in COLLECTIVES_H200:
+        if (DATA / rel).exists():
+            for key, us in collective_times(DATA / rel).items():
+                real.setdefault(key, []).append(us)
+    lines = ["", f"Collectives (`collectives.py`, 2 x H200, {len(COLLECTIVES_H200)} real sweeps: "
+             + ", ".join(f"`{r}`" for r in COLLECTIVES_H200) + "):", ""]
+    floors = {rng: [] for rng in COLLECTIVE_BOUNDS}
+    for (op, size), us in real.items():
+        if len(us) > 1:
+            floors["from 1 MiB" if size >= MIB else "below 1 MiB"].append(100 * (max(us) - min(us)) / (max(us) + min(us)))
+    for rng, values in floors.items():
+        lines.append(f"- {rng}: {len(values)} op-size points with several samples; the least error one value "
+                     f"can have against all of a point's samples is {statistics.mean(values):.1f}% on average, "
+                     f"up to {max(values):.1f}% (bound on the mean: {COLLECTIVE_BOUNDS[rng]:.0f}%)")
+    if not sim_paths:
+        return lines
+    sims: dict[tuple[str, int], list[float]] = {}
+    for path in sim_paths:
+        for key, us in collective_times(path).items():
+            sims.setdefault(key, []).append(us)
+    errors = {rng: [] for rng in COLLECTIVE_BOUNDS}
+    single = {rng: [] for rng in COLLECTIVE_BOUNDS}
+    for key, us in sims.items():
+        if key in real:
+            rng = "from 1 MiB" if key[1] >= MIB else "below 1 MiB"
+            errors[rng].append(abs(100 * (statistics.median(us) / statistics.median(real[key]) - 1)))
+            single[rng] += [abs(100 * (x / r - 1)) for x in us for r in real[key]]
+    lines += ["", f"phantom ({len(sim_paths)} sweep(s): " + ", ".join(f"`{p}`" for p in sim_paths)
+              + "), the median of its sweeps against the median of the real ones:", ""]
+    for rng, errs in errors.items():
+        if errs:
+            lines.append(f"- {rng}: mean |error| {statistics.mean(errs):.1f}% over {len(errs)} op-size points "
+                         f"(bound {COLLECTIVE_BOUNDS[rng]:.0f}%); one sweep against one real sweep: "
+                         f"mean {statistics.mean(single[rng]):.1f}%")
+    return lines
+
+
 def reference_steps() -> list[tuple[str, float]]:
     """The lent GPU hosts' reference CPU step (fastest timing), every committed measurement."""
     out = []
@@ -222,7 +276,7 @@ def before_after_pairs(steps: list[tuple[str, float]]) -> list[tuple[str, float,
     return pairs
 
 
-def report(sim_folders: list[Path] | None = None) -> str:
+def report(sim_folders: list[Path] | None = None, collective_sims: list[Path] | None = None) -> str:
     rows = collect()
     lines = ["Real samples of the 2 x H200 acceptance rows (every committed one; "
              "`python bench/ground_truth_spread.py`).", "",
@@ -247,6 +301,7 @@ def report(sim_folders: list[Path] | None = None) -> str:
         lines.append(f"- {r.suite} {r.name}: " + "; ".join(f"{m:.1f} ms `{s}`" for m, s in r.samples))
     if sim_folders:
         lines += compare(rows, [simulated(f) for f in sim_folders], [str(f) for f in sim_folders])
+    lines += collectives(collective_sims or [])
     steps = reference_steps()
     if steps:
         us = [v for _, v in steps]
@@ -268,9 +323,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sim", type=Path, nargs="*", default=[],
                    help="folders of simulated suite results (queue.sh's), one per run of the suites")
+    p.add_argument("--collective-sims", type=Path, nargs="*", default=[],
+                   help="`collectives.py sim --json` files, one per phantom sweep")
     p.add_argument("--out", help="also write the table here")
     args = p.parse_args()
-    text = report(args.sim)
+    text = report(args.sim, args.collective_sims)
     print(text, end="")
     if args.out:
         Path(args.out).write_text(text)
