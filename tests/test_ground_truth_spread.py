@@ -50,3 +50,12 @@ def test_simulated_runs_are_read_from_the_suites_outputs(spread):
     assert sims[("distributed", "ddp-1b-s2k")] > 0 and sims[("nonllm", "unet x2")] > 0
     text = spread.report(runs)
     assert "against the real median" in text and "| 10 | unet x2 |" in text
+
+
+def test_collective_sweeps_are_compared_by_issue_4s_size_ranges(spread):
+    sims = sorted((BENCH / "data" / "session38" / "collectives").glob("sim_collectives_h200x2_r*.json"))
+    assert len(sims) == 3
+    lines = "\n".join(spread.collectives(sims))
+    assert "from 1 MiB: mean |error|" in lines and "below 1 MiB: mean |error|" in lines
+    times = spread.collective_times(spread.DATA / spread.COLLECTIVES_H200[2])  # a full sweep
+    assert all(us > 0 for us in times.values()) and len(times) == 114
