@@ -12,11 +12,13 @@ It also lists the GPU hosts' reference CPU step (`python -m phantom.engine.host`
 after most device calls): the same tiny PyTorch step timed on the lent hosts, whose speed sets a
 host-bound row's real time.
 
-    python bench/ground_truth_spread.py [--sim bench/data/session38/sim_suites*/] [--out FILE]
+    python bench/ground_truth_spread.py [--sim bench/data/session38/sim_suites*/]
+        [--collective-sims bench/data/session38/collectives/*.json] [--out FILE]
 
 With --sim (folders of the suites' simulated results, one per run, as bench/data/session38/queue.sh
 writes them), it also sets phantom's numbers (the median of its runs) against the median of the
-real samples, and every run against every sample.
+real samples, and every run against every sample; --collective-sims does the same for
+`collectives.py sim --json` sweeps, by issue 4's two size ranges.
 
 Standard library only; the sources are the JSON and log files named in each row.
 """
@@ -31,6 +33,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def least_error_pct(values: list[float]) -> float:
+    """The least relative error one value can have against every one of `values` (in %)."""
+    return 100 * (max(values) - min(values)) / (max(values) + min(values))
 
 
 @dataclass
@@ -48,8 +55,7 @@ class Row:
 
     def floor_pct(self) -> float:
         """The least error one value can have against every sample at once."""
-        ms = [m for m, _ in self.samples]
-        return 100 * (max(ms) - min(ms)) / (max(ms) + min(ms))
+        return least_error_pct([m for m, _ in self.samples])
 
 
 def _median_tail(values: list[float], skip: int) -> float:
@@ -219,7 +225,7 @@ def collectives(sim_paths: list[Path]) -> list[str]:
     floors = {rng: [] for rng in COLLECTIVE_BOUNDS}
     for (op, size), us in real.items():
         if len(us) > 1:
-            floors["from 1 MiB" if size >= MIB else "below 1 MiB"].append(100 * (max(us) - min(us)) / (max(us) + min(us)))
+            floors["from 1 MiB" if size >= MIB else "below 1 MiB"].append(least_error_pct(us))
     for rng, values in floors.items():
         lines.append(f"- {rng}: {len(values)} op-size points with several samples; the least error one value "
                      f"can have against all of a point's samples is {statistics.mean(values):.1f}% on average, "
@@ -276,8 +282,8 @@ def before_after_pairs(steps: list[tuple[str, float]]) -> list[tuple[str, float,
     return pairs
 
 
-def report(sim_folders: list[Path] | None = None, collective_sims: list[Path] | None = None) -> str:
-    rows = collect()
+def spread_lines(rows: list[Row]) -> list[str]:
+    """The rows with several real samples: their spread and the least error against all."""
     lines = ["Real samples of the 2 x H200 acceptance rows (every committed one; "
              "`python bench/ground_truth_spread.py`).", "",
              "| issue | suite | row | real ms (samples) | spread | least error one value can have against all | issue's bound | reachable |",
@@ -299,23 +305,34 @@ def report(sim_folders: list[Path] | None = None, collective_sims: list[Path] | 
     lines += ["", "Sources:", ""]
     for r in sorted(rows, key=lambda r: (r.issue, r.name)):
         lines.append(f"- {r.suite} {r.name}: " + "; ".join(f"{m:.1f} ms `{s}`" for m, s in r.samples))
+    return lines
+
+
+def host_reference_lines() -> list[str]:
+    steps = reference_steps()
+    if not steps:
+        return []
+    us = [v for _, v in steps]
+    lines = ["", f"The lent GPU hosts' reference CPU step (`python -m phantom.engine.host`, fastest of 15 "
+             f"timings): {len(us)} measurements, {min(us):.0f}-{max(us):.0f} us "
+             f"(median {statistics.median(us):.0f}, max/min {max(us) / min(us):.2f}).", ""]
+    pairs = before_after_pairs(steps)
+    if pairs:
+        ratios = [max(a, b) / min(a, b) for _, a, b in pairs]
+        lines += [f"Before and after one device call (same machine, minutes apart), {len(pairs)} pairs: "
+                  f"ratio median {statistics.median(ratios):.2f}, max {max(ratios):.2f}:", ""]
+        for d, a, b in sorted(pairs, key=lambda p: -max(p[1], p[2]) / min(p[1], p[2]))[:8]:
+            lines.append(f"- `{d}`: {a:.0f} -> {b:.0f} us")
+    return lines
+
+
+def report(sim_folders: list[Path] | None = None, collective_sims: list[Path] | None = None) -> str:
+    rows = collect()
+    lines = spread_lines(rows)
     if sim_folders:
         lines += compare(rows, [simulated(f) for f in sim_folders], [str(f) for f in sim_folders])
     lines += collectives(collective_sims or [])
-    steps = reference_steps()
-    if steps:
-        us = [v for _, v in steps]
-        lines += ["", f"The lent GPU hosts' reference CPU step (`python -m phantom.engine.host`, fastest of 15 "
-                  f"timings): {len(us)} measurements, {min(us):.0f}-{max(us):.0f} us "
-                  f"(median {statistics.median(us):.0f}, max/min {max(us) / min(us):.2f}).", ""]
-        pairs = before_after_pairs(steps)
-        if pairs:
-            ratios = [max(a, b) / min(a, b) for _, a, b in pairs]
-            lines.append(f"Before and after one device call (same machine, minutes apart), {len(pairs)} pairs: "
-                         f"ratio median {statistics.median(ratios):.2f}, max {max(ratios):.2f}:")
-            lines.append("")
-            for d, a, b in sorted(pairs, key=lambda p: -max(p[1], p[2]) / min(p[1], p[2]))[:8]:
-                lines.append(f"- `{d}`: {a:.0f} -> {b:.0f} us")
+    lines += host_reference_lines()
     return "\n".join(lines) + "\n"
 
 
