@@ -34,12 +34,6 @@ def timed(fn, n: int = 1) -> float:
     return (CLOCK() - t0) / n
 
 
-def pearson(xs: list[float], ys: list[float]) -> float:
-    mx, my = statistics.mean(xs), statistics.mean(ys)
-    cov = sum((x - mx) * (y - my) for x, y in zip(xs, ys))
-    return cov / math.sqrt(sum((x - mx) ** 2 for x in xs) * sum((y - my) ** 2 for y in ys))
-
-
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seconds", type=float, default=120)
@@ -69,14 +63,15 @@ def main() -> None:
     windows = [[statistics.median(s[i] for s in samples[k:k + w]) for i in range(3)]
                for k in range(0, len(samples) - w + 1, w)]
     probe, ref, fake = ([x[i] for x in windows] for i in range(3))
+    logs = {name: [math.log(x) for x in v] for name, v in (("probe", probe), ("reference_step", ref), ("fake", fake))}
     result = {
         "samples": len(samples), "windows": len(windows),
         "spread_max_over_min": {name: max(v) / min(v) for name, v in
                                 (("probe", probe), ("reference_step", ref), ("fake_step", fake))},
-        "corr_with_fake_step": {"probe": pearson(probe, fake), "reference_step": pearson(ref, fake)},
-        "corr_log_with_fake_step": {"probe": pearson([math.log(x) for x in probe], [math.log(x) for x in fake]),
-                                    "reference_step": pearson([math.log(x) for x in ref],
-                                                              [math.log(x) for x in fake])},
+        "corr_with_fake_step": {"probe": statistics.correlation(probe, fake),
+                                "reference_step": statistics.correlation(ref, fake)},
+        "corr_log_with_fake_step": {name: statistics.correlation(logs[name], logs["fake"])
+                                    for name in ("probe", "reference_step")},
         "windows_ns": windows,
     }
     print(json.dumps({k: v for k, v in result.items() if k != "windows_ns"}, indent=1))

@@ -61,7 +61,6 @@ def meta_numel(node: torch.fx.Node) -> int:
     return v.numel() if v is not None else 0
 
 
-
 def reduced_input(node: torch.fx.Node) -> tuple[int, int] | None:
     """(numel, cols) of a sum's input, or None for anything but a sum over an input of 2+ dims."""
     if node.target is not torch.ops.aten.sum.dim_IntList or not node.args:
