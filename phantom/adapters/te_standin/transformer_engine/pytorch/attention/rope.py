@@ -1,8 +1,17 @@
 """transformer_engine/pytorch/attention/rope.py: rotary position embedding.
 
-TE's fused RoPE is one CUDA kernel each way (read t and the angles, write the rotated t).
-Here the same arithmetic runs through `torch.compile`, which phantom prices as the one fused
-kernel Inductor makes of it (interception/compiled.py), forward and backward.
+TE's fused RoPE (`FusedRoPEFunc`) is an autograd Function whose forward and backward are one
+C++ call and one CUDA kernel each (read t and the angles, write the rotated t). The stand-in has
+the same shape: an autograd Function whose forward and backward each call a `torch.compile`'d
+pointwise function. Called with autograd off (inside the Function), phantom prices each call as
+the one fused kernel Inductor makes of it, at the node's cost of a compiled call
+(interception/compiled.py `install`).
+
+Compiling the rotation itself with autograd on, as this module did before session 39, is not
+TE's path: each call then ran Dynamo's guards and AOTAutograd's runtime wrappers forward and
+backward, ~200 us of host time a call on a GPU host (bench/README.md, "Host side"), where TE
+spends one extension call; with two calls a layer that made the published Megatron rows
+host-bound under phantom.
 """
 from __future__ import annotations
 
@@ -21,7 +30,16 @@ def _rotate_half(x: torch.Tensor, interleaved: bool) -> torch.Tensor:
     return torch.cat((-x2, x1), dim=-1)
 
 
-def _rope(t: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
+def _rotate_half_adjoint(y: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    """The transpose of `_rotate_half` (a linear map): its gradient."""
+    if interleaved:
+        y1, y2 = y[..., ::2], y[..., 1::2]
+        return torch.stack((y2, -y1), dim=-1).flatten(-2)
+    y1, y2 = torch.chunk(y, 2, dim=-1)
+    return torch.cat((y2, -y1), dim=-1)
+
+
+def _rope_forward(t: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
     rot_dim = freqs.shape[-1]
     t_rot, t_pass = t[..., :rot_dim], t[..., rot_dim:]
     cos, sin = torch.cos(freqs).to(t.dtype), torch.sin(freqs).to(t.dtype)
@@ -29,7 +47,31 @@ def _rope(t: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tens
     return torch.cat((out, t_pass), dim=-1) if t_pass.shape[-1] else out
 
 
-_fused_rope = torch.compile(_rope, dynamic=False)
+def _rope_backward(grad: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    rot_dim = freqs.shape[-1]
+    g_rot, g_pass = grad[..., :rot_dim], grad[..., rot_dim:]
+    cos, sin = torch.cos(freqs).to(grad.dtype), torch.sin(freqs).to(grad.dtype)
+    out = g_rot * cos + _rotate_half_adjoint(g_rot * sin, interleaved)
+    return torch.cat((out, g_pass), dim=-1) if g_pass.shape[-1] else out
+
+
+_fused_forward = torch.compile(_rope_forward, dynamic=False)
+_fused_backward = torch.compile(_rope_backward, dynamic=False)
+
+
+class _FusedRoPE(torch.autograd.Function):
+    """TE's `FusedRoPEFunc`: one kernel forward, one backward; the angles are saved."""
+
+    @staticmethod
+    def forward(ctx, t: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
+        ctx.save_for_backward(freqs)
+        ctx.interleaved = interleaved
+        return _fused_forward(t, freqs, interleaved)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (freqs,) = ctx.saved_tensors
+        return _fused_backward(grad, freqs, ctx.interleaved), None, None
 
 
 def apply_rotary_pos_emb(t: torch.Tensor, freqs: torch.Tensor, tensor_format: str = "sbhd",
@@ -44,4 +86,6 @@ def apply_rotary_pos_emb(t: torch.Tensor, freqs: torch.Tensor, tensor_format: st
     freqs = freqs[:seq]
     if tensor_format == "bshd":
         freqs = freqs.transpose(0, 1)
-    return (_fused_rope if fused else _rope)(t, freqs, interleaved)
+    if fused:
+        return _FusedRoPE.apply(t, freqs, interleaved)
+    return _rope_forward(t, freqs, interleaved)
