@@ -206,3 +206,29 @@ def test_megatron_te_spec_without_the_option_says_how_to_get_it():
                        timeout=600)
     assert proc.returncode != 0
     assert "--transformer-engine simulated" in proc.stderr
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("rot_dim", [64, 32])
+def test_fused_rope_backward_is_the_rotations_gradient(monkeypatch, interleaved, rot_dim):
+    """The stand-in's fused RoPE is an autograd Function (TE's FusedRoPEFunc) with a hand-written
+    backward; it must be the gradient of the rotation, rotated dims and passed-through ones."""
+    import sys
+
+    import torch
+
+    monkeypatch.syspath_prepend(str(REPO / "phantom" / "adapters" / "te_standin"))
+    before = set(sys.modules)
+    try:
+        from transformer_engine.pytorch.attention import rope
+
+        t = torch.randn(6, 2, 3, 64, dtype=torch.float64, requires_grad=True)
+        freqs = torch.randn(6, 1, 1, rot_dim, dtype=torch.float64)
+        grad = torch.randn(6, 2, 3, 64, dtype=torch.float64)
+        (rope._rope_forward(t, freqs, interleaved) * grad).sum().backward()
+        assert torch.allclose(rope._rope_backward(grad, freqs, interleaved), t.grad)
+    finally:
+        # later tests in this process must not find a `transformer_engine` imported
+        for name in set(sys.modules) - before:
+            if name.startswith("transformer_engine"):
+                del sys.modules[name]
