@@ -53,6 +53,10 @@ def cases() -> dict[str, Callable[[], object]]:
     xr = torch.randn(256, device=dev, requires_grad=True)
     g = torch.randn(4, 256, device=dev)
     norm = torch.nn.LayerNorm(64, device=dev)
+    mb = m.bfloat16()
+    hb, wb, bb = h.bfloat16(), w.bfloat16(), torch.randn(64, device=dev, dtype=torch.bfloat16)
+    bat = torch.randn(4, 16, 16, device=dev, dtype=torch.bfloat16)
+    w256 = torch.randn(256, 256, device=dev)
 
     def zero_loop() -> None:
         # one parameter's turn of DeepSpeed ZeRO-1/2's overflow and norm checks (stage_1_and_2
@@ -86,6 +90,13 @@ def cases() -> dict[str, Callable[[], object]]:
         "layer_norm": lambda: norm(h),
         "mm_small": lambda: m @ m,
         "linear": lambda: F.linear(h, w),
+        "mm_bf16": lambda: mb @ mb,
+        "linear_bias_bf16": lambda: F.linear(hb, wb, bb),
+        "bmm_bf16": lambda: torch.bmm(bat, bat),
+        # the GEMM of context.GEMM_EXTRA_HOST_NS's first measurement (bench/host_calibration.py:
+        # 256 x 256 fp32, blocks of 4,000 calls): its kernel may outlast the host's issue time,
+        # and a long block then fills the launch queue and times the GPU
+        "mm256_fp32": lambda: w256 @ w256,
         "mul_autograd": lambda: xr * 2,
         "zero_loop_7ops": zero_loop,
     }
@@ -100,6 +111,8 @@ def measure() -> dict[str, float]:
                 continue
             out[name] = _time(fn)
             print(f"{name:16s} {out[name]:7.2f} us", flush=True)
+        out["mm256_fp32_4000_calls"] = _time(cases()["mm256_fp32"], calls=4000, blocks=5)
+        print(f"{'mm256_fp32_4000_calls':16s} {out['mm256_fp32_4000_calls']:7.2f} us", flush=True)
     out["mul_autograd"] = _time(cases()["mul_autograd"])
     print(f"{'mul_autograd':16s} {out['mul_autograd']:7.2f} us", flush=True)
     return out
