@@ -178,14 +178,26 @@ def pct(sim: float | None, ref: float | None) -> float | None:
     return None if sim is None or ref is None else 100.0 * (sim - ref) / ref
 
 
+def real_env(c: Config) -> dict:
+    """The environment of a real run of `c`: ENV, and phantom's TE stand-in on the path for the TE
+    spec's configs only, from TE_STANDIN_PATH (bench/device/megatron_te_*.sh). Put on the path for
+    a whole call, it made Megatron take TE's FusedAdam and multi-tensor kernels in the local spec's
+    configs too, which their simulation (no `--transformer-engine simulated`) does not (Session 39)."""
+    env = dict(ENV)
+    standin = os.environ.get("TE_STANDIN_PATH")
+    if standin and "transformer_engine" in c.args:
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (os.environ.get("PYTHONPATH"), standin) if x)
+    return env
+
+
 def cmd_real(args: argparse.Namespace) -> None:
     import torch  # noqa: PLC0415 (the real machine's CUDA build)
 
-    env = dict(ENV)
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
                           "--format=csv,noheader"], capture_output=True, text=True).stdout
     results = {}
     for c in selected(args.configs):
+        env = real_env(c)
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(c.nproc),
                str(SCRIPT), *c.args]
         rc, out, wall = run(cmd, args.timeout, env)

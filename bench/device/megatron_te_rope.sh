@@ -5,9 +5,12 @@
 # before and after. Needs the megatron-core 0.16.1 cp312 wheel in .whl. Usage on the device:
 #   bash bench/device/megatron_te_rope.sh      Out: $OUT/call.tgz
 source bench/device/call_lib.sh
-export PYTHONPATH=$PYTHONPATH:bench/device/apex_shim:phantom/adapters/te_standin
+export PYTHONPATH=$PYTHONPATH:bench/device/apex_shim
+# the stand-in goes on the path of the TE-spec configs only (megatron.py real_env; until session 39
+# it was on the whole call's path, and the local-spec configs took its FusedAdam as well)
+export TE_STANDIN_PATH=phantom/adapters/te_standin
 record_env
-python -c "import transformer_engine as te; print('TE stand-in', te.__version__, te.__file__)" >> $W/env.txt 2>&1
+PYTHONPATH=$PYTHONPATH:$TE_STANDIN_PATH python -c "import transformer_engine as te; print('TE stand-in', te.__version__, te.__file__)" >> $W/env.txt 2>&1
 step host_reference_before; python -m phantom.engine.host > $W/host_reference_before.json 2>> $log
 for round in 1 2; do
   step round$round

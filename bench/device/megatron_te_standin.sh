@@ -7,9 +7,12 @@
 source bench/device/call_lib.sh
 # the stand-in as `transformer_engine`, and Apex's wgrad extension for the output layer (a local
 # ColumnParallelLinear in both specs) with gradient-accumulation fusion
-export PYTHONPATH=$PYTHONPATH:bench/device/apex_shim:phantom/adapters/te_standin
+export PYTHONPATH=$PYTHONPATH:bench/device/apex_shim
+# the stand-in goes on the path of the TE-spec configs only (megatron.py real_env; until session 39
+# it was on the whole call's path, and the local-spec configs took its FusedAdam as well)
+export TE_STANDIN_PATH=phantom/adapters/te_standin
 record_env
-python -c "import transformer_engine as te; print('TE stand-in', te.__version__, te.__file__)" >> $W/env.txt 2>&1
+PYTHONPATH=$PYTHONPATH:$TE_STANDIN_PATH python -c "import transformer_engine as te; print('TE stand-in', te.__version__, te.__file__)" >> $W/env.txt 2>&1
 for round in 1 2; do
   step round$round
   timeout $(left 260) python bench/megatron.py real \
