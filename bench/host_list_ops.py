@@ -30,9 +30,11 @@ def _tensors(n: int, numel: int = 256) -> list[torch.Tensor]:
     return [torch.zeros(numel, device="cuda") for _ in range(n)]
 
 
-def _time(fn, calls: int, blocks: int = 7) -> float:
-    """Median host µs per call of `fn` over `blocks` blocks of `calls` calls."""
-    fn()
+def _time(fn, calls: int, blocks: int = 7, warmup: int = 1) -> float:
+    """Median host µs per call of `fn` over `blocks` blocks of `calls` calls (after `warmup`
+    calls); bench/host_op_costs.py times its ops with it too."""
+    for _ in range(warmup):
+        fn()
     torch.cuda.synchronize()
     per_call = []
     for _ in range(blocks):

@@ -20,26 +20,21 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from host_list_ops import _time as time_calls  # noqa: E402
+
 
 def _time(fn: Callable[[], object], calls: int = 200, blocks: int = 9) -> float:
-    """Median host µs per call of `fn` over `blocks` blocks of `calls` calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(blocks):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call)
+    """Median host µs per call of `fn` over `blocks` blocks of `calls` calls, after 3 warm-up calls."""
+    return time_calls(fn, calls, blocks, warmup=3)
 
 
 def cases() -> dict[str, Callable[[], object]]:

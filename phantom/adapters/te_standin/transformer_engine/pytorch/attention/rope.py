@@ -39,20 +39,22 @@ def _rotate_half_adjoint(y: torch.Tensor, interleaved: bool) -> torch.Tensor:
     return torch.cat((y2, -y1), dim=-1)
 
 
-def _rope_forward(t: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
+def _on_rotary_dims(t: torch.Tensor, freqs: torch.Tensor, rotate) -> torch.Tensor:
+    """`rotate(t_rot, cos, sin)` on the first rot_dim features of `t`; the rest pass through."""
     rot_dim = freqs.shape[-1]
     t_rot, t_pass = t[..., :rot_dim], t[..., rot_dim:]
     cos, sin = torch.cos(freqs).to(t.dtype), torch.sin(freqs).to(t.dtype)
-    out = t_rot * cos + _rotate_half(t_rot, interleaved) * sin
+    out = rotate(t_rot, cos, sin)
     return torch.cat((out, t_pass), dim=-1) if t_pass.shape[-1] else out
 
 
+def _rope_forward(t: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
+    return _on_rotary_dims(t, freqs, lambda x, cos, sin: x * cos + _rotate_half(x, interleaved) * sin)
+
+
 def _rope_backward(grad: torch.Tensor, freqs: torch.Tensor, interleaved: bool) -> torch.Tensor:
-    rot_dim = freqs.shape[-1]
-    g_rot, g_pass = grad[..., :rot_dim], grad[..., rot_dim:]
-    cos, sin = torch.cos(freqs).to(grad.dtype), torch.sin(freqs).to(grad.dtype)
-    out = g_rot * cos + _rotate_half_adjoint(g_rot * sin, interleaved)
-    return torch.cat((out, g_pass), dim=-1) if g_pass.shape[-1] else out
+    return _on_rotary_dims(grad, freqs,
+                           lambda g, cos, sin: g * cos + _rotate_half_adjoint(g * sin, interleaved))
 
 
 _fused_forward = torch.compile(_rope_forward, dynamic=False)
