@@ -181,6 +181,11 @@ class Simulation:
         # (a distributed run's collectives): calibrate_dispatch_overhead(), wake_penalty_ns()
         self.wake_penalty_ns = 0.0
         self._wake_credit = 0.0  # what is left of it to take off since the last wake-up
+        # Warms the script's way to the handler after a round trip, in phantom's time: set by
+        # interception.install (PhantomMode.warm_dispatch_paths); off with PHANTOM_NO_REWARM=1
+        # (a diagnostic, for bench/collective_cold_block.py and A/B runs).
+        self.warm_dispatch_paths: Callable[[], None] | None = None
+        self._rewarm = not os.environ.get("PHANTOM_NO_REWARM")
         # Simulated-host ns a freed storage costs the gap it dies in beyond a real free: the
         # storage's finalizer reaching Python (weakref.finalize), not the allocator model's
         # work, which _release takes off itself. Measured at start-up (_measure_release_cost).
@@ -327,9 +332,12 @@ class Simulation:
         self.rank_pace = straggler_pace(ranks_per_host, spread)
 
     def woke_up(self) -> None:
-        """The rank process just returned from a blocking round trip to the coordinator."""
+        """The rank process just returned from a blocking round trip to the coordinator
+        (inside phantom's own time: the caller is between begin_op and end_op)."""
         self.wake_ups += 1
         self._wake_credit = self.wake_penalty_ns
+        if self._rewarm and self.warm_dispatch_paths is not None:
+            self.warm_dispatch_paths()
 
     def api_enter(self, site: str, now: int) -> None:
         """A simulated CUDA runtime call (`torch.cuda.current_stream()`, an event record, a
@@ -388,6 +396,7 @@ class Simulation:
                 "release_overhead_ns": self.release_overhead_ns, "release_host_ns": self.release_host_ns,
                 "releases": self.releases, "api_overhead_ns": self.api_overhead_ns,
                 "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns,
+                "rewarm_after_wake": self._rewarm and self.warm_dispatch_paths is not None,
                 "api_calls": self.api_calls, "api_host_ns": self.api_host_ns}
 
     def _sample_host_speed(self) -> None:

@@ -31,6 +31,7 @@ def install(sim: "Simulation"):
     adapters.install()
     disable_fake_tensor_torch_function()
     mode.__enter__()
+    sim.warm_dispatch_paths = mode.warm_dispatch_paths
     gc.callbacks.append(sim.on_gc)
     sim.calibrate_dispatch_overhead()
     clock.install(sim)
