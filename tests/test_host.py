@@ -210,6 +210,51 @@ def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
     assert sim.wake_ups == 1 and sim._wake_credit == 5_000.0
 
 
+def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    calls = []
+    sim.warm_dispatch_paths = lambda: calls.append(1)
+    sim.woke_up()
+    assert calls == [1]
+    monkeypatch.setenv("PHANTOM_NO_REWARM", "1")
+    off = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    off.warm_dispatch_paths = lambda: calls.append(2)
+    off.woke_up()
+    assert calls == [1] and off.host_gaps()["rewarm_after_wake"] is False
+
+
+def test_warming_the_handler_path_leaves_no_trace_in_the_simulation(run_script):
+    # PhantomMode.warm_dispatch_paths runs fake ops in phantom's own time after each round
+    # trip: none may count as the script's op, kernel, memory, freed storage or host time.
+    text = """
+        import torch
+        w = torch.randn(64, 64, device="cuda", requires_grad=True)
+        loss = (torch.randn(8, 64, device="cuda") @ w).sum()
+        loss.backward()
+        mode = w.fake_mode
+        sim = mode.sim
+        def state():
+            tl = sim.timeline
+            return (sim.ops_intercepted, sim.dispatch_entries, sim.releases, sim._release_credit,
+                    sim.allocator.allocated_bytes, sim.user_host_ns,
+                    tl.host_ns, {s: tl.stream(s).ready_ns for s in (0,)}, dict(sim.class_gpu_ns))
+        sim.begin_op("test")  # phantom's own time, as inside a collective
+        before = state()
+        for _ in range(3):
+            sim.warm_dispatch_paths()
+        after = state()
+        sim.end_op()
+        assert mode._warm_inputs is not None and mode._depth == 0
+        print("UNCHANGED" if after == before else f"CHANGED {before} -> {after}")
+    """
+    proc, report = run_script(text)
+    assert proc.returncode == 0, proc.stderr
+    assert "UNCHANGED" in proc.stdout, proc.stdout
+    assert report["simulation"]["host_gaps"]["rewarm_after_wake"] is True
+
+
 def test_report_says_how_fast_this_host_was_taken_to_be(run_script):
     text = """
         import torch

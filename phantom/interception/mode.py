@@ -268,11 +268,16 @@ class PhantomMode(FakeTensorMode):
         to the script: a LayerNorm-Linear-GELU-add block charged ~70 us alone was charged
         ~170-200 us right after a collective, on top of the wake-up credit (Session 40,
         `bench/collective_cold_block.py`). A real GPU host never sleeps there. Warming the
-        path here, in phantom's own time, leaves the script's code its own misses only."""
+        path here, in phantom's own time, leaves the script's code its own misses only.
+
+        Without autograd: the ops must leave no trace the script can see, and a round trip
+        can come inside a checkpointed region's recomputation (ZeRO-3 gathers parameters
+        there), whose saved-tensor hooks would count tensors these ops saved
+        (`torch.utils.checkpoint.CheckpointError`, tried)."""
         self._depth += 1  # re-entrant: the ops go straight to FakeTensorMode, unrecorded
         try:
             with self, torch._C.DisableTorchFunction(), torch.inference_mode(False), \
-                    torch.enable_grad():
+                    torch.no_grad():
                 if self._warm_inputs is None:
                     self._warm_inputs = _warm_inputs()
                 _warm_ops(*self._warm_inputs)
@@ -339,14 +344,14 @@ _NOT_A_READ = object()
 def _warm_inputs() -> tuple:
     """Small fake tensors for PhantomMode.warm_dispatch_paths (made under the mode)."""
     x = torch.empty(16, 64, device="cuda", dtype=torch.bfloat16)
-    weight = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-    scale = torch.empty(64, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    scale = torch.empty(64, device="cuda", dtype=torch.bfloat16)
     return x, weight, scale
 
 
 def _warm_ops(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> None:
-    """A transformer block's kinds of op (a norm, a matmul, pointwise, a view), with autograd
-    recording: what most scripts run next."""
+    """A transformer block's kinds of op (a norm, a matmul, pointwise, a view): what most
+    scripts run next."""
     y = torch.nn.functional.layer_norm(x, (x.shape[-1],), scale, scale)
     y = torch.nn.functional.linear(y, weight)
     y = torch.nn.functional.gelu(y)

@@ -1,0 +1,157 @@
+"""Host time of each Megatron-Core transformer layer's forward, unprofiled, real or under phantom.
+
+    torchrun --nproc-per-node 2 bench/layer_host_times.py examples/megatron/pretrain_gpt.py ARGS...
+    phantom run --nproc-per-node 2 bench/layer_host_times.py examples/megatron/pretrain_gpt.py ARGS...
+
+Runs the Megatron script unchanged, with `TransformerLayer.forward` wrapped to read
+`time.perf_counter` before and after each call (no synchronisation). A layer's forward only
+enqueues kernels, so on a GPU host this is the host's time to issue the layer, as long as the
+launch queue does not fill; under phantom `perf_counter` is the simulated host clock, so the
+same wrapper reads what phantom charges. The profiler is not involved: its per-op records slow
+a real host's Python by 20-40% (Session 39's traces). At exit rank 0 prints one line,
+`LAYER_FWD_US {...}`: the median and quartiles of the layer forwards after the first third
+of the calls (warm-up), and how many.
+
+    python bench/layer_host_times.py sim --real DIR --out OUT [--rounds N]
+
+runs CONFIGS (issue 8's tp2-sp and tp2-sp-sdpa rows and the 1-GPU host-bound replica) under
+phantom and writes OUT.md / OUT.json against the real logs in DIR (`NAME_ROUND.log`, as
+`bench/device/h200x2_layer_host.sh` writes them): layer forward and iteration times (median of
+iterations 3+), each real round and each phantom round.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import runpy
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+MEGATRON = "examples/megatron/pretrain_gpt.py"
+_GPT = ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "2",
+        "--global-batch-size", "8", "--train-iters", "6")
+# name: (ranks, the script's arguments); the same commands as bench/device/h200x2_layer_host.sh
+CONFIGS = {
+    "tp2-sp": (2, _GPT + ("--tp", "2", "--sequence-parallel")),
+    "tp2-sp-sdpa": (2, _GPT + ("--tp", "2", "--sequence-parallel", "--core-attention", "sdpa")),
+    "replica": (1, ("--preset", "gpt-1.7b", "--seq-length", "512", "--micro-batch-size", "1",
+                    "--global-batch-size", "4", "--train-iters", "8", "--use-distributed-optimizer",
+                    "--core-attention", "sdpa", "--hidden-size", "256", "--ffn-hidden-size", "1024",
+                    "--num-attention-heads", "4", "--vocab-size", "4096")),
+}
+ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "0"}
+WARMUP_ITERATIONS = 2  # as bench/megatron.py: the median of iterations 3+
+
+
+def parse(text: str) -> dict:
+    """The wrapper's layer line and Megatron's iteration times from a run's output."""
+    layer = re.search(r"LAYER_FWD_US (\{.*\})", text)
+    iters = [float(x) for x in re.findall(r"elapsed time per iteration \(ms\): ([0-9.]+)", text)]
+    kept = iters[WARMUP_ITERATIONS:]
+    return {"layer_us": json.loads(layer.group(1))["median"] if layer else None,
+            "iter_ms": round(statistics.median(kept), 1) if kept else None}
+
+
+def compare(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="layer_host_times.py sim")
+    ap.add_argument("--real", required=True, help="folder of the real runs' NAME_ROUND.log")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--gpu", default="H200")
+    ap.add_argument("--rounds", type=int, default=1)
+    args = ap.parse_args(argv)
+    rows = {}
+    for name, (ranks, script_args) in CONFIGS.items():
+        real = [parse(p.read_text()) for p in sorted(Path(args.real).glob(f"{name}_[0-9]*.log"))]
+        sim = []
+        for _ in range(args.rounds):
+            cmd = [sys.executable, "-m", "phantom.cli", "run", "--nproc-per-node", str(ranks),
+                   "--gpu", args.gpu, "--quiet", __file__, MEGATRON, *script_args]
+            print("$", " ".join(cmd), flush=True)
+            p = subprocess.run(cmd, cwd=REPO, env={**os.environ, **ENV}, capture_output=True,
+                               text=True, timeout=1200)
+            if p.returncode:
+                raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr[-3000:]}")
+            sim.append(parse(p.stdout))
+        rows[name] = {"real": real, "phantom": sim}
+    date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    Path(args.out + ".json").write_text(json.dumps({"date": date, "gpu": args.gpu, "rows": rows}, indent=1))
+    fmt = lambda runs, key: ", ".join(str(r[key]) for r in runs)  # noqa: E731
+    lines = [f"`layer_host_times.py sim` ({date}, phantom `--gpu {args.gpu}`; real: `{args.real}`)", "",
+             "| config | layer forward us, real | phantom | phantom / real median | iteration ms, real | phantom |",
+             "|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        ratio = statistics.median(r["layer_us"] for r in row["phantom"]) / \
+            statistics.median(r["layer_us"] for r in row["real"])
+        lines.append(f"| {name} | {fmt(row['real'], 'layer_us')} | {fmt(row['phantom'], 'layer_us')} | "
+                     f"{ratio:.2f} | {fmt(row['real'], 'iter_ms')} | {fmt(row['phantom'], 'iter_ms')} |")
+    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def real_rows(argv: list[str]) -> None:
+    """`real-rows DIR`: each real round's iteration medians of the 2-GPU rows as
+    DIR/megatron_real_r{N}.json, in `megatron.py real`'s format (bench/ground_truth_spread.py
+    reads them as samples of issue 8's rows; the wrapper adds two clock reads a layer)."""
+    folder = Path(argv[0])
+    env = (folder / "env.txt").read_text() if (folder / "env.txt").exists() else ""
+    for k in (1, 2, 3, 4):
+        results = {}
+        for name in ("tp2-sp", "tp2-sp-sdpa"):
+            log = folder / f"{name}_{k}.log"
+            if log.exists() and parse(log.read_text())["iter_ms"]:
+                results[name] = {"median_ms": parse(log.read_text())["iter_ms"]}
+        if results:
+            out = folder / f"megatron_real_r{k}.json"
+            out.write_text(json.dumps({"device": env, "source": "bench/layer_host_times.py (wrapped "
+                                       "TransformerLayer.forward)", "results": results}, indent=1))
+            print(out, results)
+
+
+def main() -> None:
+    # As `python SCRIPT` would: the script's folder first on the path, not bench/ (whose
+    # megatron.py would shadow the package).
+    script = os.path.abspath(sys.argv[1])
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [os.path.dirname(script)] + [p for p in sys.path if os.path.abspath(p or ".") != here]
+    from megatron.core.transformer.transformer_layer import TransformerLayer
+
+    forward = TransformerLayer.forward
+    durations: list[float] = []
+
+    def timed_forward(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        out = forward(self, *args, **kwargs)
+        durations.append(time.perf_counter() - t0)
+        return out
+
+    TransformerLayer.forward = timed_forward
+
+    def report() -> None:
+        if os.environ.get("RANK", "0") != "0" or len(durations) < 8:
+            return
+        kept = sorted(durations[len(durations) // 3:])  # past the first iterations (warm-up, compile)
+        q1, median, q3 = statistics.quantiles(kept, n=4)
+        print("LAYER_FWD_US " + json.dumps({"median": round(median * 1e6, 1), "q1": round(q1 * 1e6, 1),
+                                            "q3": round(q3 * 1e6, 1), "calls": len(kept),
+                                            "all_calls": len(durations)}), flush=True)
+
+    atexit.register(report)
+    sys.argv = sys.argv[1:]
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "sim":
+        compare(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "real-rows":
+        real_rows(sys.argv[2:])
+    else:
+        main()
