@@ -3,19 +3,21 @@
     torchrun --nproc-per-node 2 bench/layer_host_times.py examples/megatron/pretrain_gpt.py ARGS...
     phantom run --nproc-per-node 2 bench/layer_host_times.py examples/megatron/pretrain_gpt.py ARGS...
 
-Runs the Megatron script unchanged, with `TransformerLayer.forward` wrapped to read
+Runs the script unchanged, with the forward of its layer class (`LAYER_CLASS=module:Class`,
+default Megatron-Core's `TransformerLayer`) wrapped to read
 `time.perf_counter` before and after each call (no synchronisation). A layer's forward only
 enqueues kernels, so on a GPU host this is the host's time to issue the layer, as long as the
 launch queue does not fill; under phantom `perf_counter` is the simulated host clock, so the
-same wrapper reads what phantom charges. The profiler is not involved: its per-op records slow
-a real host's Python by 20-40% (Session 39's traces). At exit rank 0 prints one line,
+same wrapper reads what phantom charges. The profiler, whose per-op records add host time of
+their own, is not involved. At exit rank 0 prints one line,
 `LAYER_FWD_US {...}`: the median and quartiles of the layer forwards after the first third
 of the calls (warm-up), and how many.
 
     python bench/layer_host_times.py sim --real DIR --out OUT [--rounds N]
 
-runs CONFIGS (issue 8's tp2-sp and tp2-sp-sdpa rows and the 1-GPU host-bound replica) under
-phantom and writes OUT.md / OUT.json against the real logs in DIR (`NAME_ROUND.log`, as
+runs CONFIGS (issue 8's tp2-sp and tp2-sp-sdpa rows, the 1-GPU host-bound replica, and
+issue 4's DTensor tp-1b-s2k row, whose layers are examples/gpt_train.py's Block: `LAYER_CLASS`)
+under phantom and writes OUT.md / OUT.json against the real logs in DIR (`NAME_ROUND.log`, as
 `bench/device/h200x2_layer_host.sh` writes them): layer forward and iteration times (median of
 iterations 3+), each real round and each phantom round.
 """
@@ -36,17 +38,25 @@ REPO = Path(__file__).resolve().parent.parent
 MEGATRON = "examples/megatron/pretrain_gpt.py"
 _GPT = ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "2",
         "--global-batch-size", "8", "--train-iters", "6")
-# name: (ranks, the script's arguments); the same commands as bench/device/h200x2_layer_host.sh
-CONFIGS = {
-    "tp2-sp": (2, _GPT + ("--tp", "2", "--sequence-parallel")),
-    "tp2-sp-sdpa": (2, _GPT + ("--tp", "2", "--sequence-parallel", "--core-attention", "sdpa")),
-    "replica": (1, ("--preset", "gpt-1.7b", "--seq-length", "512", "--micro-batch-size", "1",
-                    "--global-batch-size", "4", "--train-iters", "8", "--use-distributed-optimizer",
-                    "--core-attention", "sdpa", "--hidden-size", "256", "--ffn-hidden-size", "1024",
-                    "--num-attention-heads", "4", "--vocab-size", "4096")),
+# The layer class whose forward is timed (LAYER_CLASS=module:Class): Megatron-Core's, or the
+# Block of examples/gpt_train.py, which examples/dist_train.py's tensor-parallel GPT is made of.
+DEFAULT_LAYER = "megatron.core.transformer.transformer_layer:TransformerLayer"
+GPT_BLOCK = "gpt_train:Block"
+# DTensor tensor parallelism (issue 4's tp-1b-s2k row), timed per Block: torch's own Python
+DTENSOR_TP = ("examples/dist_train.py", ("--parallel", "tp", "--preset", "1b", "--seq-len", "2048",
+                                         "--batch-size", "8", "--steps", "10", "--warmup", "3"))
+WARMUP_ITERATIONS = 2  # as bench/megatron.py: the median of iterations 3+
+CONFIGS = {  # name: (ranks, script, its arguments, LAYER_CLASS); as in the device scripts
+    "tp2-sp": (2, MEGATRON, _GPT + ("--tp", "2", "--sequence-parallel"), DEFAULT_LAYER),
+    "tp2-sp-sdpa": (2, MEGATRON, _GPT + ("--tp", "2", "--sequence-parallel", "--core-attention", "sdpa"),
+                    DEFAULT_LAYER),
+    "replica": (1, MEGATRON, ("--preset", "gpt-1.7b", "--seq-length", "512", "--micro-batch-size", "1",
+                              "--global-batch-size", "4", "--train-iters", "8", "--use-distributed-optimizer",
+                              "--core-attention", "sdpa", "--hidden-size", "256", "--ffn-hidden-size", "1024",
+                              "--num-attention-heads", "4", "--vocab-size", "4096"), DEFAULT_LAYER),
+    "tp-1b-s2k": (2, *DTENSOR_TP, GPT_BLOCK),
 }
 ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "0"}
-WARMUP_ITERATIONS = 2  # as bench/megatron.py: the median of iterations 3+
 
 
 def parse(text: str) -> dict:
@@ -54,8 +64,9 @@ def parse(text: str) -> dict:
     layer = re.search(r"LAYER_FWD_US (\{.*\})", text)
     iters = [float(x) for x in re.findall(r"elapsed time per iteration \(ms\): ([0-9.]+)", text)]
     kept = iters[WARMUP_ITERATIONS:]
-    return {"layer_us": json.loads(layer.group(1))["median"] if layer else None,
-            "iter_ms": round(statistics.median(kept), 1) if kept else None}
+    summary = re.search(r"summary: median_iter_ms=([0-9.]+)", text)  # examples/dist_train.py
+    iter_ms = round(statistics.median(kept), 1) if kept else float(summary.group(1)) if summary else None
+    return {"layer_us": json.loads(layer.group(1))["median"] if layer else None, "iter_ms": iter_ms}
 
 
 def compare(argv: list[str]) -> None:
@@ -66,16 +77,23 @@ def compare(argv: list[str]) -> None:
     ap.add_argument("--out", required=True)
     ap.add_argument("--gpu", default="H200")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--configs", help="comma-separated names of CONFIGS (default: all)")
     args = ap.parse_args(argv)
+    chosen = args.configs.split(",") if args.configs else list(CONFIGS)
     rows = {}
-    for name, (ranks, script_args) in CONFIGS.items():
+    for name, (ranks, script, script_args, layer) in CONFIGS.items():
+        if name not in chosen:
+            continue
         real = [parse(p.read_text()) for p in sorted(Path(args.real).glob(f"{name}_[0-9]*.log"))]
+        if not real:
+            print(f"{name}: no real runs in {args.real}, skipped", flush=True)
+            continue
         sim = []
         for _ in range(args.rounds):
             cmd = [sys.executable, "-m", "phantom.cli", "run", "--nproc-per-node", str(ranks),
-                   "--gpu", args.gpu, "--quiet", __file__, MEGATRON, *script_args]
+                   "--gpu", args.gpu, "--quiet", __file__, script, *script_args]
             print("$", " ".join(cmd), flush=True)
-            p = subprocess.run(cmd, cwd=REPO, env={**os.environ, **ENV}, capture_output=True,
+            p = subprocess.run(cmd, cwd=REPO, env={**os.environ, **ENV, "LAYER_CLASS": layer}, capture_output=True,
                                text=True, timeout=1200)
             if p.returncode:
                 raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr[-3000:]}")
@@ -121,9 +139,11 @@ def main() -> None:
     script = os.path.abspath(sys.argv[1])
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path[:] = [os.path.dirname(script)] + [p for p in sys.path if os.path.abspath(p or ".") != here]
-    from megatron.core.transformer.transformer_layer import TransformerLayer
+    import importlib
 
-    forward = TransformerLayer.forward
+    module, _, name = os.environ.get("LAYER_CLASS", DEFAULT_LAYER).partition(":")
+    layer_class = getattr(importlib.import_module(module), name)
+    forward = layer_class.forward
     durations: list[float] = []
 
     def timed_forward(self, *args, **kwargs):
@@ -132,7 +152,7 @@ def main() -> None:
         durations.append(time.perf_counter() - t0)
         return out
 
-    TransformerLayer.forward = timed_forward
+    layer_class.forward = timed_forward
 
     def report() -> None:
         if os.environ.get("RANK", "0") != "0" or len(durations) < 8:
