@@ -337,7 +337,13 @@ class Simulation:
         self.wake_ups += 1
         self._wake_credit = self.wake_penalty_ns
         if self._rewarm and self.warm_dispatch_paths is not None:
-            self.warm_dispatch_paths()
+            try:
+                self.warm_dispatch_paths()
+            except Exception as e:  # noqa: BLE001 (an accounting refinement must not end the run)
+                self._rewarm = False
+                print(f"phantom: warming the dispatch path after a collective failed ({type(e).__name__}: "
+                      f"{e}); continuing without it (report: host_gaps.rewarm_after_wake false)",
+                      file=sys.stderr)
 
     def api_enter(self, site: str, now: int) -> None:
         """A simulated CUDA runtime call (`torch.cuda.current_stream()`, an event record, a

@@ -225,6 +225,24 @@ def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
     assert calls == [1] and off.host_gaps()["rewarm_after_wake"] is False
 
 
+def test_a_failing_warm_up_is_reported_once_and_turned_off(capsys):
+    from phantom.context import SimOptions, Simulation
+
+    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    calls = []
+
+    def broken():
+        calls.append(1)
+        raise RuntimeError("no fake device here")
+
+    sim.warm_dispatch_paths = broken
+    sim.woke_up()
+    sim.woke_up()
+    assert calls == [1] and sim.wake_ups == 2
+    assert sim.host_gaps()["rewarm_after_wake"] is False
+    assert capsys.readouterr().err.count("warming the dispatch path after a collective failed") == 1
+
+
 def test_warming_the_handler_path_leaves_no_trace_in_the_simulation(run_script):
     # PhantomMode.warm_dispatch_paths runs fake ops in phantom's own time after each round
     # trip: none may count as the script's op, kernel, memory, freed storage or host time.

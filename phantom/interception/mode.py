@@ -258,9 +258,9 @@ class PhantomMode(FakeTensorMode):
             sim.end_op()
 
     def warm_dispatch_paths(self) -> None:
-        """Run a few small ops through the whole path a script's op takes to this handler
-        (the C++ dispatcher, autograd, the Python dispatch and FakeTensorMode), recording
-        nothing: no kernel, no memory, no host time.
+        """Run a few small ops through the path a script's op takes to this handler (the C++
+        dispatcher, the Python dispatch and FakeTensorMode), recording nothing: no kernel, no
+        memory, no host time.
 
         Called after each coordinator round trip (Simulation.woke_up). While a rank waits
         there, the coordinator and the other ranks run on its core and evict its caches, so
@@ -356,6 +356,7 @@ def _warm_ops(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> Non
     y = torch.nn.functional.linear(y, weight)
     y = torch.nn.functional.gelu(y)
     (x + y).view(-1)
+
 
 _share_higher_order_op_rules(PhantomMode)
 
