@@ -11,7 +11,8 @@ launch queue does not fill; under phantom `perf_counter` is the simulated host c
 same wrapper reads what phantom charges. The profiler, whose per-op records add host time of
 their own, is not involved. At exit rank 0 prints one line,
 `LAYER_FWD_US {...}`: the median and quartiles of the layer forwards after the first third
-of the calls (warm-up), and how many.
+of the calls (warm-up), and how many; and `BACKWARD_US {...}`, the same for the script's
+backward calls (`torch.autograd.backward`, or Megatron's `schedules.custom_backward`).
 
     python bench/layer_host_times.py sim --real DIR --out OUT [--rounds N]
 
@@ -66,7 +67,9 @@ def parse(text: str) -> dict:
     kept = iters[WARMUP_ITERATIONS:]
     summary = re.search(r"summary: median_iter_ms=([0-9.]+)", text)  # examples/dist_train.py
     iter_ms = round(statistics.median(kept), 1) if kept else float(summary.group(1)) if summary else None
-    return {"layer_us": json.loads(layer.group(1))["median"] if layer else None, "iter_ms": iter_ms}
+    backward = re.search(r"BACKWARD_US (\{.*\})", text)
+    return {"layer_us": json.loads(layer.group(1))["median"] if layer else None, "iter_ms": iter_ms,
+            "backward_us": json.loads(backward.group(1))["median"] if backward else None}
 
 
 def compare(argv: list[str]) -> None:
@@ -103,13 +106,14 @@ def compare(argv: list[str]) -> None:
     Path(args.out + ".json").write_text(json.dumps({"date": date, "gpu": args.gpu, "rows": rows}, indent=1))
     fmt = lambda runs, key: ", ".join(str(r[key]) for r in runs)  # noqa: E731
     lines = [f"`layer_host_times.py sim` ({date}, phantom `--gpu {args.gpu}`; real: `{args.real}`)", "",
-             "| config | layer forward us, real | phantom | phantom / real median | iteration ms, real | phantom |",
-             "|---|---|---|---|---|---|"]
+             "| config | layer forward us, real | phantom | phantom / real median | backward call us, real | "
+             "phantom | iteration ms, real | phantom |", "|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         ratio = statistics.median(r["layer_us"] for r in row["phantom"]) / \
             statistics.median(r["layer_us"] for r in row["real"])
         lines.append(f"| {name} | {fmt(row['real'], 'layer_us')} | {fmt(row['phantom'], 'layer_us')} | "
-                     f"{ratio:.2f} | {fmt(row['real'], 'iter_ms')} | {fmt(row['phantom'], 'iter_ms')} |")
+                     f"{ratio:.2f} | {fmt(row['real'], 'backward_us')} | {fmt(row['phantom'], 'backward_us')} | "
+                     f"{fmt(row['real'], 'iter_ms')} | {fmt(row['phantom'], 'iter_ms')} |")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -133,6 +137,23 @@ def real_rows(argv: list[str]) -> None:
             print(out, results)
 
 
+def _timed(fn, durations: list[float]):
+    """`fn`, appending each call's host time (perf_counter, no synchronisation) to `durations`."""
+    def timed(*args, **kwargs):
+        t0 = time.perf_counter()
+        out = fn(*args, **kwargs)
+        durations.append(time.perf_counter() - t0)
+        return out
+    return timed
+
+
+def _summary(durations: list[float]) -> dict:
+    kept = sorted(durations[len(durations) // 3:])  # past the first iterations (warm-up, compile)
+    q1, median, q3 = statistics.quantiles(kept, n=4) if len(kept) > 1 else (kept[0],) * 3
+    return {"median": round(median * 1e6, 1), "q1": round(q1 * 1e6, 1), "q3": round(q3 * 1e6, 1),
+            "calls": len(kept), "all_calls": len(durations)}
+
+
 def main() -> None:
     # As `python SCRIPT` would: the script's folder first on the path, not bench/ (whose
     # megatron.py would shadow the package).
@@ -141,27 +162,27 @@ def main() -> None:
     sys.path[:] = [os.path.dirname(script)] + [p for p in sys.path if os.path.abspath(p or ".") != here]
     import importlib
 
+    import torch
+
     module, _, name = os.environ.get("LAYER_CLASS", DEFAULT_LAYER).partition(":")
     layer_class = getattr(importlib.import_module(module), name)
-    forward = layer_class.forward
-    durations: list[float] = []
-
-    def timed_forward(self, *args, **kwargs):
-        t0 = time.perf_counter()
-        out = forward(self, *args, **kwargs)
-        durations.append(time.perf_counter() - t0)
-        return out
-
-    layer_class.forward = timed_forward
+    forwards: list[float] = []
+    layer_class.forward = _timed(layer_class.forward, forwards)
+    # The backward pass as the script calls it: torch.autograd.backward (Tensor.backward), or
+    # Megatron's schedules.custom_backward, which calls the engine directly. It returns once
+    # every backward kernel is enqueued, so it is host time unless the launch queue fills.
+    backwards: list[float] = []
+    torch.autograd.backward = _timed(torch.autograd.backward, backwards)
+    if module.startswith("megatron"):
+        from megatron.core.pipeline_parallel import schedules
+        schedules.custom_backward = _timed(schedules.custom_backward, backwards)
 
     def report() -> None:
-        if os.environ.get("RANK", "0") != "0" or len(durations) < 8:
+        if os.environ.get("RANK", "0") != "0" or len(forwards) < 8:
             return
-        kept = sorted(durations[len(durations) // 3:])  # past the first iterations (warm-up, compile)
-        q1, median, q3 = statistics.quantiles(kept, n=4)
-        print("LAYER_FWD_US " + json.dumps({"median": round(median * 1e6, 1), "q1": round(q1 * 1e6, 1),
-                                            "q3": round(q3 * 1e6, 1), "calls": len(kept),
-                                            "all_calls": len(durations)}), flush=True)
+        print("LAYER_FWD_US " + json.dumps(_summary(forwards)), flush=True)
+        if len(backwards) >= 2:
+            print("BACKWARD_US " + json.dumps(_summary(backwards)), flush=True)
 
     atexit.register(report)
     sys.argv = sys.argv[1:]
