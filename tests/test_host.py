@@ -370,6 +370,24 @@ def test_a_host_bound_run_on_a_changing_machine_is_flagged():
     assert _host_caution(nothing_ran) is None
 
 
+def test_a_host_bound_run_while_torch_ran_slow_here_is_flagged():
+    # The pure-Python probe can see the machine steady while PyTorch's own code runs far below
+    # its best (Session 40): the reference step timed at start-up tells.
+    from phantom.report.summary import _host_caution
+
+    steady = {"samples": 20, "mean_slowdown": 1.02, "max_slowdown": 1.1, "slow_share": 0.0}
+
+    def report(busy, at_start, best=432_000.0):
+        return {"gpu_busy_fraction": busy, "simulation": {
+            "host_speed_variation": steady, "host_step_ns_at_start": at_start, "host_step_ns_here": best}}
+
+    caution = _host_caution(report(0.5, 700_000.0))
+    assert caution and "reference CPU step took 1.6x its best" in caution
+    assert _host_caution(report(0.5, 500_000.0)) is None  # start-up noise, not a slow state
+    assert _host_caution(report(0.95, 700_000.0)) is None  # GPU-bound
+    assert _host_caution(report(0.5, None)) is None
+
+
 def test_variation_summarises_the_probe_samples(monkeypatch):
     import phantom.engine.host as host
 
