@@ -14,12 +14,13 @@ their own, is not involved. At exit rank 0 prints one line,
 of the calls (warm-up), and how many; and `BACKWARD_US {...}`, the same for the script's
 backward calls (`torch.autograd.backward`, or Megatron's `schedules.custom_backward`).
 
-    python bench/layer_host_times.py sim --real DIR --out OUT [--rounds N]
+    python bench/layer_host_times.py real --out DIR [--configs A,B] [--rounds N]   # torchrun, on GPUs
+    python bench/layer_host_times.py sim --real DIR --out OUT [--configs A,B] [--rounds N]
 
 runs CONFIGS (issue 8's tp2-sp and tp2-sp-sdpa rows, the 1-GPU host-bound replica, and
 issue 4's DTensor tp-1b-s2k row, whose layers are examples/gpt_train.py's Block: `LAYER_CLASS`)
 under phantom and writes OUT.md / OUT.json against the real logs in DIR (`NAME_ROUND.log`, as
-`bench/device/h200x2_layer_host.sh` writes them): layer forward and iteration times (median of
+`real` writes them): layer forward and iteration times (median of
 iterations 3+), each real round and each phantom round.
 """
 from __future__ import annotations
@@ -72,6 +73,50 @@ def parse(text: str) -> dict:
             "backward_us": json.loads(backward.group(1))["median"] if backward else None}
 
 
+def _chosen(configs: str | None) -> list[str]:
+    names = configs.split(",") if configs else list(CONFIGS)
+    unknown = [n for n in names if n not in CONFIGS]
+    if unknown:
+        raise SystemExit(f"unknown config(s) {', '.join(unknown)}; known: {', '.join(CONFIGS)}")
+    return [n for n in CONFIGS if n in names]  # in CONFIGS' order
+
+
+def _run(launcher: list[str], name: str, timeout: float) -> subprocess.CompletedProcess:
+    """CONFIGS[name] through this wrapper, started by `launcher` (phantom run or torchrun, each
+    followed by its --nproc-per-node)."""
+    ranks, script, script_args, layer = CONFIGS[name]
+    cmd = [*launcher, str(ranks), __file__, script, *script_args]
+    print("$", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, cwd=REPO, env={**os.environ, **ENV, "LAYER_CLASS": layer},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def run_real(argv: list[str]) -> None:
+    """`real --out DIR`: CONFIGS on this machine's GPUs under torchrun, rounds outermost, each
+    run's output in DIR/NAME_ROUND.log (what `sim --real DIR` reads)."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="layer_host_times.py real")
+    ap.add_argument("--out", required=True, help="folder for NAME_ROUND.log")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--configs", help="comma-separated names of CONFIGS (default: all)")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds a run may take")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node"]
+    for k in range(1, args.rounds + 1):
+        for name in _chosen(args.configs):
+            try:
+                p = _run(torchrun, name, args.timeout)
+                text = p.stdout + p.stderr
+            except subprocess.TimeoutExpired as e:  # its captured output comes as bytes
+                text = "".join((b or b"").decode(errors="replace") for b in (e.stdout, e.stderr))
+                text += f"\ntimed out after {args.timeout} s"
+            (out / f"{name}_{k}.log").write_text(text)
+            print(f"  {name} round {k}: {parse(text)}", flush=True)
+
+
 def compare(argv: list[str]) -> None:
     import argparse
 
@@ -82,22 +127,16 @@ def compare(argv: list[str]) -> None:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--configs", help="comma-separated names of CONFIGS (default: all)")
     args = ap.parse_args(argv)
-    chosen = args.configs.split(",") if args.configs else list(CONFIGS)
+    phantom = [sys.executable, "-m", "phantom.cli", "run", "--gpu", args.gpu, "--quiet", "--nproc-per-node"]
     rows = {}
-    for name, (ranks, script, script_args, layer) in CONFIGS.items():
-        if name not in chosen:
-            continue
+    for name in _chosen(args.configs):
         real = [parse(p.read_text()) for p in sorted(Path(args.real).glob(f"{name}_[0-9]*.log"))]
         if not real:
             print(f"{name}: no real runs in {args.real}, skipped", flush=True)
             continue
         sim = []
         for _ in range(args.rounds):
-            cmd = [sys.executable, "-m", "phantom.cli", "run", "--nproc-per-node", str(ranks),
-                   "--gpu", args.gpu, "--quiet", __file__, script, *script_args]
-            print("$", " ".join(cmd), flush=True)
-            p = subprocess.run(cmd, cwd=REPO, env={**os.environ, **ENV, "LAYER_CLASS": layer}, capture_output=True,
-                               text=True, timeout=1200)
+            p = _run(phantom, name, 1200)
             if p.returncode:
                 raise SystemExit(f"{name}: exit {p.returncode}\n{p.stderr[-3000:]}")
             sim.append(parse(p.stdout))
@@ -128,8 +167,9 @@ def real_rows(argv: list[str]) -> None:
         results = {}
         for name in ("tp2-sp", "tp2-sp-sdpa"):
             log = folder / f"{name}_{k}.log"
-            if log.exists() and parse(log.read_text())["iter_ms"]:
-                results[name] = {"median_ms": parse(log.read_text())["iter_ms"]}
+            iter_ms = parse(log.read_text())["iter_ms"] if log.exists() else None
+            if iter_ms:
+                results[name] = {"median_ms": iter_ms}
         if results:
             out = folder / f"megatron_real_r{k}.json"
             out.write_text(json.dumps({"device": env, "source": "bench/layer_host_times.py (wrapped "
@@ -192,6 +232,8 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "sim":
         compare(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "real":
+        run_real(sys.argv[2:])
     elif len(sys.argv) > 1 and sys.argv[1] == "real-rows":
         real_rows(sys.argv[2:])
     else:

@@ -4,14 +4,8 @@
 # rounds, to set beside the Megatron layers of h200x2_layer_host.sh. Out: $OUT/call.tgz.
 CALL_BUDGET_S=300 source bench/device/call_lib.sh
 record_env
-export CUDA_DEVICE_MAX_CONNECTIONS=1 LAYER_CLASS=gpt_train:Block
 python -m phantom.engine.host > $W/host_reference_before.json 2>> $log
-for round in 1 2; do
-  step tp-1b-s2k-$round
-  timeout $(left 120) python -m torch.distributed.run --standalone --nproc-per-node 2 bench/layer_host_times.py \
-    examples/dist_train.py --parallel tp --preset 1b --seq-len 2048 --batch-size 8 --steps 10 --warmup 3 \
-    > $W/tp-1b-s2k_$round.log 2>&1
-done
+step tp-1b-s2k
+timeout $(left 240) python bench/layer_host_times.py real --out $W --configs tp-1b-s2k --rounds 2 >> $log 2>&1
 python -m phantom.engine.host > $W/host_reference_after.json 2>> $log
 step done
-grep -h "LAYER_FWD_US\|summary:" $W/*.log | cut -c1-200 >> $log
