@@ -108,16 +108,21 @@ S38_UNET = "session38/device_unet_spread_h200x2/session38_unet_"
 S39 = "session39/device_traces_h200x2/"
 S40 = "session40/device_layer_host_h200x2/"  # runs with bench/layer_host_times.py's wrapper
 S40S = "session40/device_samples_h200x2/session40_"
+S41S = "session41/device_samples_h200x2/session41_"
+S41B = "session41/device_samples_h200x2_b/session41_"  # the same script, another lent machine
 DISTRIBUTED_H200 = ["real_distributed_h200x2.json", "session19/h200x2_call1_ground_truth/real_distributed_h200x2.json",
                     S38 + "r1_real_distributed_h200x2.json", S38 + "r2_real_distributed_h200x2.json"]
 DEEPSPEED_H200 = ["deepspeed_real_h200x2.json", "deepspeed_real_h200x2_fusedadam.json",
                   "session19/h200x2_call2_followup/deepspeed_real_h200x2.json", S38 + "deepspeed_real_h200x2.json",
                   S39 + "deepspeed_real_h200x2.json", S40S + "r1_deepspeed_real_h200x2.json",
-                  S40S + "r2_deepspeed_real_h200x2.json"]
+                  S40S + "r2_deepspeed_real_h200x2.json", S41S + "3b_deepspeed_real_h200x2.json",
+                  S41S + "1b_deepspeed_real_h200x2.json", S41B + "3b_deepspeed_real_h200x2.json",
+                  S41B + "1b_deepspeed_real_h200x2.json"]
 MEGATRON_H200 = ["megatron_real_h200x2.json", "session19/h200x2_call1_ground_truth/megatron_real_h200x2.json",
                  S38 + "r1_megatron_real_h200x2.json", S38 + "r2_megatron_real_h200x2.json",
                  S39 + "megatron_real_h200x2.json", S40 + "megatron_real_r1.json", S40 + "megatron_real_r2.json",
-                 S40S + "megatron_real_h200x2.json"]
+                 S40S + "megatron_real_h200x2.json", S41S + "megatron_real_h200x2.json",
+                 S41B + "megatron_real_h200x2.json"]
 NONLLM_H200 = ["real_nonllm_h200x2.json", "session19/h200x2_call1_ground_truth/real_nonllm_h200x2.json",
                *(f"{S38_UNET}r{i}_real_nonllm_h200x2.json" for i in (1, 2, 3))]
 UNET_LOGS_H200 = ["unet_session7/real_unet_h200x2.log"]

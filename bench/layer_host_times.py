@@ -12,15 +12,18 @@ same wrapper reads what phantom charges. The profiler, whose per-op records add 
 their own, is not involved. At exit rank 0 prints one line,
 `LAYER_FWD_US {...}`: the median and quartiles of the layer forwards after the first third
 of the calls (warm-up), and how many; and `BACKWARD_US {...}`, the same for the script's
-backward calls (`torch.autograd.backward`, or Megatron's `schedules.custom_backward`).
+backward calls (`torch.autograd.backward`, or Megatron's `schedules.custom_backward`), and
+`OPTIMIZER_STEP_US {...}` for torch.optim's step (between torch's global optimizer step hooks;
+under phantom, DeepSpeed's `_take_model_step` fires them too), and for DeepSpeed scripts
+`ENGINE_STEP_US {...}`, `DeepSpeedEngine._take_model_step`.
 
     python bench/layer_host_times.py real --out DIR [--configs A,B] [--rounds N]   # torchrun, on GPUs
     python bench/layer_host_times.py sim --real DIR --out OUT [--configs A,B] [--rounds N]
 
 runs CONFIGS (issue 8's tp2-sp and tp2-sp-sdpa rows, the 1-GPU host-bound replica, and
-issue 4's DTensor tp-1b-s2k row, whose layers are examples/gpt_train.py's Block: `LAYER_CLASS`)
-under phantom and writes OUT.md / OUT.json against the real logs in DIR (`NAME_ROUND.log`, as
-`real` writes them): layer forward and iteration times (median of
+issue 4's DTensor tp-1b-s2k row, whose layers are examples/gpt_train.py's Block: `LAYER_CLASS`;
+issue 9's ZeRO-3 z3-1b row, timed per Hugging Face `LlamaDecoderLayer`) under phantom and writes OUT.md / OUT.json against the real logs in DIR (`NAME_ROUND.log`, as
+`real` writes them): layer forward, backward call, optimizer step and iteration times (median of
 iterations 3+), each real round and each phantom round.
 """
 from __future__ import annotations
@@ -47,6 +50,11 @@ GPT_BLOCK = "gpt_train:Block"
 # DTensor tensor parallelism (issue 4's tp-1b-s2k row), timed per Block: torch's own Python
 DTENSOR_TP = ("examples/dist_train.py", ("--parallel", "tp", "--preset", "1b", "--seq-len", "2048",
                                          "--batch-size", "8", "--steps", "10", "--warmup", "3"))
+# DeepSpeed ZeRO-3 (issue 9's z3-1b row), timed per Hugging Face Llama decoder layer
+ZERO3_1B = ("examples/deepspeed/train.py", ("--deepspeed_config", "examples/deepspeed/zero3.json", "--model",
+                                            "llama-1b", "--seq-len", "2048", "--micro-batch", "4",
+                                            "--grad-accum", "1", "--steps", "8", "--warmup", "3"))
+HF_LLAMA_LAYER = "transformers.models.llama.modeling_llama:LlamaDecoderLayer"
 WARMUP_ITERATIONS = 2  # as bench/megatron.py: the median of iterations 3+
 CONFIGS = {  # name: (ranks, script, its arguments, LAYER_CLASS); as in the device scripts
     "tp2-sp": (2, MEGATRON, _GPT + ("--tp", "2", "--sequence-parallel"), DEFAULT_LAYER),
@@ -57,6 +65,9 @@ CONFIGS = {  # name: (ranks, script, its arguments, LAYER_CLASS); as in the devi
                               "--core-attention", "sdpa", "--hidden-size", "256", "--ffn-hidden-size", "1024",
                               "--num-attention-heads", "4", "--vocab-size", "4096"), DEFAULT_LAYER),
     "tp-1b-s2k": (2, *DTENSOR_TP, GPT_BLOCK),
+    "z3-1b": (2, *ZERO3_1B, HF_LLAMA_LAYER),  # DeepSpeed's FusedAdam must be built (deepspeed.py real does)
+    "z2-1b": (2, ZERO3_1B[0], ("--deepspeed_config", "examples/deepspeed/zero2.json", *ZERO3_1B[1][2:]),
+              HF_LLAMA_LAYER),
 }
 ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "0"}
 
@@ -69,8 +80,12 @@ def parse(text: str) -> dict:
     summary = re.search(r"summary: median_iter_ms=([0-9.]+)", text)  # examples/dist_train.py
     iter_ms = round(statistics.median(kept), 1) if kept else float(summary.group(1)) if summary else None
     backward = re.search(r"BACKWARD_US (\{.*\})", text)
+    step = re.search(r"OPTIMIZER_STEP_US (\{.*\})", text)
+    engine = re.search(r"ENGINE_STEP_US (\{.*\})", text)
     return {"layer_us": json.loads(layer.group(1))["median"] if layer else None, "iter_ms": iter_ms,
-            "backward_us": json.loads(backward.group(1))["median"] if backward else None}
+            "backward_us": json.loads(backward.group(1))["median"] if backward else None,
+            "optimizer_step_us": json.loads(step.group(1))["median"] if step else None,
+            "engine_step_us": json.loads(engine.group(1))["median"] if engine else None}
 
 
 def _chosen(configs: str | None) -> list[str]:
@@ -143,15 +158,18 @@ def compare(argv: list[str]) -> None:
         rows[name] = {"real": real, "phantom": sim}
     date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     Path(args.out + ".json").write_text(json.dumps({"date": date, "gpu": args.gpu, "rows": rows}, indent=1))
-    fmt = lambda runs, key: ", ".join(str(r[key]) for r in runs)  # noqa: E731
+    fmt = lambda runs, key: ", ".join(str(r.get(key) or "-") for r in runs)  # noqa: E731
     lines = [f"`layer_host_times.py sim` ({date}, phantom `--gpu {args.gpu}`; real: `{args.real}`)", "",
              "| config | layer forward us, real | phantom | phantom / real median | backward call us, real | "
-             "phantom | iteration ms, real | phantom |", "|---|---|---|---|---|---|---|---|"]
+             "phantom | optimizer step us, real | phantom | DeepSpeed engine step us, real | phantom | "
+             "iteration ms, real | phantom |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, row in rows.items():
         ratio = statistics.median(r["layer_us"] for r in row["phantom"]) / \
             statistics.median(r["layer_us"] for r in row["real"])
         lines.append(f"| {name} | {fmt(row['real'], 'layer_us')} | {fmt(row['phantom'], 'layer_us')} | "
                      f"{ratio:.2f} | {fmt(row['real'], 'backward_us')} | {fmt(row['phantom'], 'backward_us')} | "
+                     f"{fmt(row['real'], 'optimizer_step_us')} | {fmt(row['phantom'], 'optimizer_step_us')} | "
+                     f"{fmt(row['real'], 'engine_step_us')} | {fmt(row['phantom'], 'engine_step_us')} | "
                      f"{fmt(row['real'], 'iter_ms')} | {fmt(row['phantom'], 'iter_ms')} |")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -191,7 +209,7 @@ def _summary(durations: list[float]) -> dict:
     kept = sorted(durations[len(durations) // 3:])  # past the first iterations (warm-up, compile)
     q1, median, q3 = statistics.quantiles(kept, n=4) if len(kept) > 1 else (kept[0],) * 3
     return {"median": round(median * 1e6, 1), "q1": round(q1 * 1e6, 1), "q3": round(q3 * 1e6, 1),
-            "calls": len(kept), "all_calls": len(durations)}
+            "mean": round(statistics.mean(kept) * 1e6, 1), "calls": len(kept), "all_calls": len(durations)}
 
 
 def main() -> None:
@@ -217,12 +235,30 @@ def main() -> None:
         from megatron.core.pipeline_parallel import schedules
         schedules.custom_backward = _timed(schedules.custom_backward, backwards)
 
+    # DeepSpeed's engine step (gradient clipping, overflow check, the ZeRO optimizer's step and,
+    # under ZeRO-3, the parameter partitions' bookkeeping), which wraps torch.optim's
+    engine_steps: list[float] = []
+    if "deepspeed" in script:
+        from deepspeed.runtime.engine import DeepSpeedEngine
+        DeepSpeedEngine._take_model_step = _timed(DeepSpeedEngine._take_model_step, engine_steps)
+    # The optimizer's own step (torch.optim's, which Megatron's and DeepSpeed's wrappers call
+    # inside theirs), between torch's global step hooks: host time, as above.
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+    steps: list[float] = []
+    started: list[float] = []
+    register_optimizer_step_pre_hook(lambda *_: started.append(time.perf_counter()))
+    register_optimizer_step_post_hook(lambda *_: steps.append(time.perf_counter() - started.pop()))
+
     def report() -> None:
         if os.environ.get("RANK", "0") != "0" or len(forwards) < 8:
             return
         print("LAYER_FWD_US " + json.dumps(_summary(forwards)), flush=True)
         if len(backwards) >= 2:
             print("BACKWARD_US " + json.dumps(_summary(backwards)), flush=True)
+        if len(steps) >= 2:
+            print("OPTIMIZER_STEP_US " + json.dumps(_summary(steps)), flush=True)
+        if len(engine_steps) >= 2:
+            print("ENGINE_STEP_US " + json.dumps(_summary(engine_steps)), flush=True)
 
     atexit.register(report)
     sys.argv = sys.argv[1:]
