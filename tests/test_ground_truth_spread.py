@@ -37,10 +37,11 @@ def test_every_listed_sample_file_is_committed_and_read(spread):
     # every acceptance row of the four suites is there, the host-bound ones with several samples
     assert len(rows[("distributed", "tp-3b-s2k")].samples) == 4
     assert len(rows[("nonllm", "unet x2")].samples) == 7
-    assert len(rows[("megatron", "tp2-sp")].samples) == 8
+    assert len(rows[("megatron", "tp2-sp")].samples) == 10
     assert len(rows[("deepspeed", "z2-1b")].samples) == 4
     # DeepSpeed rows are FusedAdam runs only, as simulated
-    assert len(rows[("deepspeed", "z3-1b")].samples) == 5
+    assert len(rows[("deepspeed", "z3-1b")].samples) == 7
+    assert len(rows[("deepspeed", "z3-3b-ac")].samples) == 3
 
 
 def test_simulated_runs_are_read_from_the_suites_outputs(spread):
