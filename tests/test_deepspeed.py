@@ -177,3 +177,46 @@ def test_launcher_passes_local_rank_like_deepspeed(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[rank0]: argv ['--local_rank=0', '--foo']" in proc.stdout
     assert "[rank1]: argv ['--local_rank=1', '--foo']" in proc.stdout
+
+
+def test_engine_step_brackets_only_phantoms_optimizer_hooks():
+    """patch_engine makes DeepSpeed's `_take_model_step` the outermost optimizer step for
+    phantom's iteration marks, without firing the script's own global optimizer hooks: those
+    see the inner optimizer's step once, as on a GPU (they saw it twice before)."""
+    from types import SimpleNamespace
+
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+    from phantom.adapters.deepspeed import patch_engine
+
+    param = torch.nn.Parameter(torch.zeros(4))
+    param.grad = torch.ones(4)
+    inner = torch.optim.SGD([param], lr=0.1)
+
+    class DeepSpeedEngine:  # the two attributes the patch reads, and DeepSpeed's call shape
+        basic_optimizer, optimizer = None, inner
+
+        def _take_model_step(self, lr_kwargs=None):
+            self.optimizer.step()
+
+    calls = {"depth": 0, "iterations": 0, "user": 0}
+
+    def pre(optimizer, args, kwargs):
+        calls["depth"] += 1
+
+    def post(optimizer, args, kwargs):
+        calls["depth"] -= 1
+        calls["iterations"] += calls["depth"] == 0
+
+    pre.phantom_iteration_hook = post.phantom_iteration_hook = True
+    handles = [register_optimizer_step_pre_hook(pre), register_optimizer_step_post_hook(post),
+               register_optimizer_step_post_hook(lambda *_: calls.__setitem__("user", calls["user"] + 1))]
+    try:
+        patch_engine(SimpleNamespace(DeepSpeedEngine=DeepSpeedEngine))
+        DeepSpeedEngine()._take_model_step()
+    finally:
+        for h in handles:
+            h.remove()
+    assert calls == {"depth": 0, "iterations": 1, "user": 1}
+    assert param[0].item() == pytest.approx(-0.1)

@@ -105,21 +105,26 @@ def patch_engine(module: ModuleType) -> None:
     outermost torch optimizer step (interception/patches.py), but DeepSpeed's ZeRO optimizers
     are not torch.optim.Optimizer subclasses, and ZeRO-3 steps its inner FusedAdam once per
     parameter sub-group (`sub_group_size`): a 70B model on 16 ranks would count 5 iterations
-    per step. Running torch's global optimizer-step hooks around `_take_model_step` makes it
-    the outermost step, so each engine step marks exactly one iteration."""
+    per step. Running phantom's own global optimizer-step hooks around `_take_model_step`
+    makes it the outermost step, so each engine step marks exactly one iteration. Only
+    phantom's (tagged `phantom_iteration_hook`): a script's own global hooks see the inner
+    optimizer's steps alone, as on a GPU."""
     from torch.optim import optimizer as torch_optimizer
 
     engine = module.DeepSpeedEngine
     original = engine._take_model_step
 
+    def phantoms(hooks: dict) -> list:
+        return [h for h in list(hooks.values()) if getattr(h, "phantom_iteration_hook", False)]
+
     def _take_model_step(self, *args, **kwargs):
         inner = self.basic_optimizer if self.basic_optimizer is not None else self.optimizer
-        for hook in list(torch_optimizer._global_optimizer_pre_hooks.values()):
+        for hook in phantoms(torch_optimizer._global_optimizer_pre_hooks):
             hook(inner, (), {})
         try:
             return original(self, *args, **kwargs)
         finally:
-            for hook in list(torch_optimizer._global_optimizer_post_hooks.values()):
+            for hook in phantoms(torch_optimizer._global_optimizer_post_hooks):
                 hook(inner, (), {})
 
     engine._take_model_step = _take_model_step

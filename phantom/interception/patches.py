@@ -189,6 +189,9 @@ def _patch_optimizer_steps(sim: "Simulation") -> None:
         elif sim.recorder is not None:
             sim.recorder.tag_optimizer(optimizer)
 
+    # Tagged, so an adapter that brackets a framework's own optimizer step (DeepSpeed's
+    # engine: adapters/deepspeed.py) runs these two and not the script's global hooks.
+    pre.phantom_iteration_hook = post.phantom_iteration_hook = True
     register_optimizer_step_pre_hook(pre)
     register_optimizer_step_post_hook(post)
 
