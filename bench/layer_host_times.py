@@ -14,7 +14,8 @@ their own, is not involved. At exit rank 0 prints one line,
 of the calls (warm-up), and how many; and `BACKWARD_US {...}`, the same for the script's
 backward calls (`torch.autograd.backward`, or Megatron's `schedules.custom_backward`), and
 `OPTIMIZER_STEP_US {...}` for torch.optim's step (between torch's global optimizer step hooks;
-under phantom, DeepSpeed's `_take_model_step` fires them too), and for DeepSpeed scripts
+phantom before session 41's last commit also fired them around DeepSpeed's `_take_model_step`,
+so the session's simulated z3-1b / z2-1b rows show that step there), and for DeepSpeed scripts
 `ENGINE_STEP_US {...}`, `DeepSpeedEngine._take_model_step`.
 
     python bench/layer_host_times.py real --out DIR [--configs A,B] [--rounds N]   # torchrun, on GPUs
