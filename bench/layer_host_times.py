@@ -51,10 +51,11 @@ GPT_BLOCK = "gpt_train:Block"
 # DTensor tensor parallelism (issue 4's tp-1b-s2k row), timed per Block: torch's own Python
 DTENSOR_TP = ("examples/dist_train.py", ("--parallel", "tp", "--preset", "1b", "--seq-len", "2048",
                                          "--batch-size", "8", "--steps", "10", "--warmup", "3"))
-# DeepSpeed ZeRO-3 (issue 9's z3-1b row), timed per Hugging Face Llama decoder layer
-ZERO3_1B = ("examples/deepspeed/train.py", ("--deepspeed_config", "examples/deepspeed/zero3.json", "--model",
-                                            "llama-1b", "--seq-len", "2048", "--micro-batch", "4",
-                                            "--grad-accum", "1", "--steps", "8", "--warmup", "3"))
+# DeepSpeed ZeRO-3 and ZeRO-2 (issue 9's z3-1b and z2-1b rows), timed per Hugging Face Llama
+# decoder layer; the example's JSON config for the stage, FusedAdam (which must be built)
+DEEPSPEED = "examples/deepspeed/train.py"
+_LLAMA_1B = ("--model", "llama-1b", "--seq-len", "2048", "--micro-batch", "4", "--grad-accum", "1",
+             "--steps", "8", "--warmup", "3")
 HF_LLAMA_LAYER = "transformers.models.llama.modeling_llama:LlamaDecoderLayer"
 WARMUP_ITERATIONS = 2  # as bench/megatron.py: the median of iterations 3+
 CONFIGS = {  # name: (ranks, script, its arguments, LAYER_CLASS); as in the device scripts
@@ -66,9 +67,8 @@ CONFIGS = {  # name: (ranks, script, its arguments, LAYER_CLASS); as in the devi
                               "--core-attention", "sdpa", "--hidden-size", "256", "--ffn-hidden-size", "1024",
                               "--num-attention-heads", "4", "--vocab-size", "4096"), DEFAULT_LAYER),
     "tp-1b-s2k": (2, *DTENSOR_TP, GPT_BLOCK),
-    "z3-1b": (2, *ZERO3_1B, HF_LLAMA_LAYER),  # DeepSpeed's FusedAdam must be built (deepspeed.py real does)
-    "z2-1b": (2, ZERO3_1B[0], ("--deepspeed_config", "examples/deepspeed/zero2.json", *ZERO3_1B[1][2:]),
-              HF_LLAMA_LAYER),
+    "z3-1b": (2, DEEPSPEED, ("--deepspeed_config", "examples/deepspeed/zero3.json", *_LLAMA_1B), HF_LLAMA_LAYER),
+    "z2-1b": (2, DEEPSPEED, ("--deepspeed_config", "examples/deepspeed/zero2.json", *_LLAMA_1B), HF_LLAMA_LAYER),
 }
 ENV = {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "NCCL_NVLS_ENABLE": "0"}
 

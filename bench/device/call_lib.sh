@@ -25,3 +25,13 @@ setup_torchtitan() {
   export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
   python bench/torchtitan.py install >> $log 2>&1
 }
+# DeepSpeed's FusedAdam, JIT-built once for the call (nvcc), as `deepspeed.py real` uses it:
+# TORCH_CUDA_ARCH_LIST without the lent image's arch suffixes ("9.0a" -> "9.0"), which
+# DeepSpeed 0.19.8's builder cannot parse (bench/deepspeed.py deepspeed_arch_list); a step
+# mark in the log; at most 120 s of the call.
+build_fused_adam() {
+  local arch=${TORCH_CUDA_ARCH_LIST:-}
+  [ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
+  step build-fused-adam
+  timeout $(left 120) python -c "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load(verbose=False)" >> $log 2>&1
+}

@@ -6,10 +6,8 @@
 # and its parts). Usage on the device: bash bench/device/h200x2_samples_s40.sh. Out: $OUT/call.tgz.
 CALL_BUDGET_S=570 source bench/device/call_lib.sh
 record_env
-arch=${TORCH_CUDA_ARCH_LIST:-}; [ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
 python -m phantom.engine.host > $W/host_reference_before.json 2>> $log
-step build-fused-adam
-timeout $(left 120) python -c "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load(verbose=False)" >> $log 2>&1
+build_fused_adam
 step deepspeed-r1
 timeout $(left 200) python bench/deepspeed.py real --configs z3-1b,z2-1b,z3-1b-ga2 --out $W/session40_r1_deepspeed_real_h200x2.json >> $log 2>&1
 python -m phantom.engine.host > $W/host_reference_between.json 2>> $log

@@ -8,11 +8,9 @@
 # bench/device/h200x2_samples_s41.sh. Out: $OUT/call.tgz.
 CALL_BUDGET_S=570 source bench/device/call_lib.sh
 record_env
-arch=${TORCH_CUDA_ARCH_LIST:-}; [ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
 reference() { python -m phantom.engine.host > $W/host_reference_$1.json 2>> $log; }
 reference before
-step build-fused-adam
-timeout $(left 120) python -c "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load(verbose=False)" >> $log 2>&1
+build_fused_adam
 step deepspeed-3b
 timeout $(left 200) python bench/deepspeed.py real --configs z3-3b-ac,z2-3b-ac --out $W/session41_3b_deepspeed_real_h200x2.json >> $log 2>&1
 reference after_3b
