@@ -30,7 +30,7 @@ from typing import Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from phantom.engine.host import training_step
+from phantom.engine.host import CALIBRATION_SHAPE, training_step
 from phantom.interception import mode as phantom_mode
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -101,6 +101,18 @@ def llama(device: str) -> Callable[[], None]:
     return _train(model, idx, lambda m, x: m(input_ids=x, labels=x).loss)
 
 
+def llama16(device: str) -> Callable[[], None]:
+    """A 16-layer Hugging Face Llama at width 8 (little arithmetic on the CPU side), SDPA, 8 tokens."""
+    from transformers import AutoModelForCausalLM, LlamaConfig
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=16,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    cfg._attn_implementation = "sdpa"
+    model = AutoModelForCausalLM.from_config(cfg).to(device)
+    idx = lambda: torch.randint(0, 64, (1, 8), device=device)  # noqa: E731
+    return _train(model, idx, lambda m, x: m(input_ids=x, labels=x).loss)
+
+
 def mlp(device: str, layers: int) -> Callable[[], None]:
     """host_torch_versions.py's MLP blocks (layer norm, two linears, GELU) at width 64."""
     sys.path.insert(0, str(ROOT / "bench"))
@@ -135,8 +147,10 @@ def without_optimizer(make):
     return build
 
 
-WORKLOADS = {"calib": training_step, "mlp": lambda d: mlp(d, 4), "mlp16": lambda d: mlp(d, 16),
-             "gpt2": lambda d: gpt(d, 2), "gpt6": lambda d: gpt(d, 6), "llama": llama}
+WORKLOADS = {"calib": training_step, "calib_tiny": lambda d: training_step(d, *CALIBRATION_SHAPE),
+             "mlp": lambda d: mlp(d, 4), "mlp16": lambda d: mlp(d, 16),
+             "gpt2": lambda d: gpt(d, 2), "gpt6": lambda d: gpt(d, 6), "llama": llama,
+             "llama16": llama16}
 WORKLOADS.update({f"{k}_no": without_optimizer(v) for k, v in list(WORKLOADS.items())})
 
 

@@ -28,11 +28,12 @@ from phantom.engine import Event, Timeline
 from phantom.engine.fusion import FUSABLE_CLASSES, FusedKernel
 from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, instantiate_host_ns,
                                    replay, replay_host_ns)
-from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, DISPATCH_OVERHEAD, FIRST_RUNS,
-                                 FIRST_RUNS_PAIR_FACTOR, HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT,
-                                 RELEASE, REMEASURE_EVERY, WAKE_PENALTY, HostSpeedNormalizer,
-                                 SteadyGaps, code_fingerprint, reference_step_ns, straggler_pace,
-                                 training_step, wake_penalty_ns)
+from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, CALIBRATION_SHAPE, CONTENDED_SUFFIX,
+                                 DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
+                                 HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, REMEASURE_EVERY,
+                                 WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps, code_fingerprint,
+                                 cpu_contended, reference_step_ns, straggler_pace, training_step,
+                                 wake_penalty_ns)
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -177,6 +178,7 @@ class Simulation:
         self.first_op_wall_ns: int | None = None
         # Simulated-host ns a handler entry costs beyond plain eager: calibrate_dispatch_overhead()
         self.dispatch_overhead_ns = 0.0
+        self.calibration_contended = False  # its calibration ran beside other busy processes
         # Simulated-host ns taken off the gaps after each blocking coordinator round trip
         # (a distributed run's collectives): calibrate_dispatch_overhead(), wake_penalty_ns()
         self.wake_penalty_ns = 0.0
@@ -408,6 +410,7 @@ class Simulation:
                 "releases": self.releases, "api_overhead_ns": self.api_overhead_ns,
                 "wake_ups": self.wake_ups, "user_host_ns": self.user_host_ns,
                 "rewarm_after_wake": self._rewarm and self.warm_dispatch_paths is not None,
+                "calibration_contended": self.calibration_contended,
                 "api_calls": self.api_calls, "api_host_ns": self.api_host_ns}
 
     def _sample_host_speed(self) -> None:
@@ -940,6 +943,7 @@ class Simulation:
         self.release_overhead_ns = calibration.get("release_overhead_ns", 0.0)
         self.release_host_ns = REAL_STORAGE_NS
         self.api_overhead_ns = calibration.get("api_overhead_ns", 0.0)
+        self.calibration_contended = bool(calibration.get("calibration_contended", False))
         self._gap_scale = self._speed.factor * self.host_speed
         # The script's first gap starts here: a rank that waited for another's measurement
         # had its mark at start-up, and its first op was charged the whole start-up (0.6-1.1 s
@@ -974,18 +978,23 @@ class Simulation:
         fingerprint = code_fingerprint()  # hashes phantom's sources: once per calibration
         # only where collectives block on a coordinator (not a 1-rank run's local group)
         blocking = self.comm is not None and self.comm.client is not None
-        recent = self._recent_calibration(fingerprint, blocking)
+        # Other processes on this machine's CPUs bias the measurement (engine.host.
+        # CONTENDED_SUFFIX): such runs keep a history of their own, so that runs made alone
+        # never charge what a busy machine measured.
+        contended = cpu_contended()
+        history = fingerprint + CONTENDED_SUFFIX if contended else fingerprint
+        recent = self._recent_calibration(history, blocking)
         if recent is not None:
             self._forget_calibration_work()
-            return recent
+            return {**recent, "calibration_contended": contended}
         # every gap as measured, none shared with other ranks: the steps are not the
         # script's iterations
         self._steady = None
-        if self._speed.known(DISPATCH_OVERHEAD, fingerprint) < FIRST_RUNS:
+        if self._speed.known(DISPATCH_OVERHEAD, history) < FIRST_RUNS:
             pairs *= FIRST_RUNS_PAIR_FACTOR  # a new version's first runs: no history to lean on
-        fake_step = training_step("cuda")
+        fake_step = training_step("cuda", *CALIBRATION_SHAPE)
         with unset_fake_temporarily():
-            real_step = training_step("cpu")
+            real_step = training_step("cpu", *CALIBRATION_SHAPE)
             real_step()  # warm both
         fake_step()
         pace = self.rank_pace
@@ -1009,20 +1018,22 @@ class Simulation:
         torch.set_num_threads(threads)
         self.rank_pace = pace
         self._sample_host_speed()
-        per_entry = self._speed.settle(DISPATCH_OVERHEAD, fingerprint, statistics.median(diffs))
+        if not contended and cpu_contended():  # another process started while it measured
+            contended, history = True, fingerprint + CONTENDED_SUFFIX
+        per_entry = self._speed.settle(DISPATCH_OVERHEAD, history, statistics.median(diffs))
         self.dispatch_overhead_ns = per_entry * self.host_speed
-        list_overhead = (self._speed.settle(LIST_INPUT, fingerprint, list_in) * self.host_speed,
-                         self._speed.settle(LIST_OUTPUT, fingerprint, list_out) * self.host_speed)
-        release = self._speed.settle(RELEASE, fingerprint, release_best) * self.host_speed
-        api_overhead = self._speed.settle(API_CALL, fingerprint, api_call) * self.host_speed
-        wake_penalty = self._measure_wake_penalty(fingerprint) if blocking else 0.0
+        list_overhead = (self._speed.settle(LIST_INPUT, history, list_in) * self.host_speed,
+                         self._speed.settle(LIST_OUTPUT, history, list_out) * self.host_speed)
+        release = self._speed.settle(RELEASE, history, release_best) * self.host_speed
+        api_overhead = self._speed.settle(API_CALL, history, api_call) * self.host_speed
+        wake_penalty = self._measure_wake_penalty(history) if blocking else 0.0
         del fake_step, real_step
         gc.collect()  # the modules and optimizer form cycles: free their fake storages now
         self._forget_calibration_work()
         return {"host_speed": self.host_speed, "host_step_ns_here": self.host_step_ns_here,
                 "dispatch_overhead_ns": self.dispatch_overhead_ns, "wake_penalty_ns": wake_penalty,
                 "list_overhead_ns": list_overhead, "release_overhead_ns": release,
-                "api_overhead_ns": api_overhead}
+                "api_overhead_ns": api_overhead, "calibration_contended": contended}
 
     def _recent_calibration(self, fingerprint: str, blocking: bool) -> dict | None:
         """The calibration as the median of this machine's last HISTORY measurements of this

@@ -194,6 +194,26 @@ def test_a_rank_waiting_for_gaps_never_deadlocks_its_leader(clients):
     assert coord.fatal is None
 
 
+def test_the_calibration_is_measured_once_every_rank_has_asked(clients):
+    # A rank still starting up competes with the measurement for the cores (it came out ~30%
+    # low so): the lowest rank measures only when all have asked, the others waiting idle.
+    coord, (c0, c1) = clients(2)
+    events = []
+
+    def measure():
+        events.append("measure")
+        return {"dispatch_overhead_ns": 1.0}
+
+    def late_rank():
+        time.sleep(0.3)
+        events.append("rank 1 asks")
+        return c1.shared_calibration(measure)
+
+    out = _in_threads(lambda: c0.shared_calibration(measure), late_rank)
+    assert events == ["rank 1 asks", "measure"]
+    assert out == [{"dispatch_overhead_ns": 1.0}] * 2
+
+
 def test_the_first_rank_measures_the_calibration_for_all(clients):
     coord, (c0, c1, c2) = clients(3)
     measured = []

@@ -388,6 +388,21 @@ def test_a_host_bound_run_while_torch_ran_slow_here_is_flagged():
     assert _host_caution(report(0.5, None)) is None
 
 
+def test_a_host_bound_run_calibrated_beside_busy_processes_is_flagged():
+    from phantom.report.summary import _host_caution
+
+    steady = {"samples": 20, "mean_slowdown": 1.02, "max_slowdown": 1.1, "slow_share": 0.0}
+
+    def report(busy, contended):
+        return {"gpu_busy_fraction": busy, "simulation": {
+            "host_speed_variation": steady, "host_gaps": {"calibration_contended": contended}}}
+
+    caution = _host_caution(report(0.5, True))
+    assert caution and "other processes" in caution and "alone" in caution
+    assert _host_caution(report(0.5, False)) is None
+    assert _host_caution(report(0.95, True)) is None  # GPU-bound
+
+
 def test_variation_summarises_the_probe_samples(monkeypatch):
     import phantom.engine.host as host
 
@@ -813,3 +828,67 @@ def test_a_full_history_is_charged_without_measuring_in_most_runs(tmp_path, monk
     assert recent(sim, "other code", blocking=False) is None
     monkeypatch.setattr(context, "_remeasure_draw", lambda: 0.0)  # this run's turn to measure
     assert recent(sim, "code", blocking=False) is None
+
+
+def test_contention_is_other_runnable_tasks_on_half_the_cpus(monkeypatch):
+    import os
+
+    from phantom.engine import host
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert not host.cpu_contended(others=0)
+    assert host.cpu_contended(others=1)  # one busy process beside it on two CPUs
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    assert not host.cpu_contended(others=7)
+    assert host.cpu_contended(others=8)
+
+
+def test_runnable_tasks_are_read_from_proc_loadavg(monkeypatch):
+    import builtins
+    from pathlib import Path
+
+    from phantom.engine import host
+
+    if Path("/proc/loadavg").exists():
+        assert host.other_runnable_tasks(samples=3, interval_s=0.0) >= 0
+    real_open = builtins.open
+
+    def no_proc(path, *a, **k):
+        if str(path) == "/proc/loadavg":
+            raise OSError("no /proc")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", no_proc)
+    assert host.other_runnable_tasks(samples=3, interval_s=0.0) is None
+    assert not host.cpu_contended()  # unknown: treated as alone
+
+
+def test_a_calibration_beside_busy_processes_keeps_its_own_history(run_script, tmp_path, monkeypatch):
+    """One busy process beside the calibration on a 2-CPU machine lowered it by ~30%: measured
+    so, it goes to the version's contended history, never into the one lone runs charge."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from phantom.engine.host import CONTENDED_SUFFIX, DISPATCH_OVERHEAD, code_fingerprint
+    from phantom.native.build import library_path
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    if library_path().exists():  # the built fake CUDA library, not rebuilt for this test
+        shutil.copy(library_path(), cache / library_path().name)
+    monkeypatch.setenv("PHANTOM_CACHE_DIR", str(cache))
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    if cpus > 8:
+        pytest.skip("keeping half of many CPUs busy is not a unit test")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(max(1, cpus // 2))]
+    try:
+        proc, report = run_script("import torch\nx = torch.ones(4, device='cuda') + 1\n", "--gpu", "H200")
+    finally:
+        for hog in hogs:
+            hog.kill()
+    assert proc.returncode == 0, proc.stderr
+    assert report["simulation"]["host_gaps"]["calibration_contended"] is True
+    histories = json.loads(next(cache.glob("host-probe-*.json")).read_text())[DISPATCH_OVERHEAD]
+    assert list(histories) == [code_fingerprint() + CONTENDED_SUFFIX]

@@ -22,8 +22,9 @@ missed from the stored results.
 Two exchanges keep ranks that do the same work from differing by this machine's noise (both
 answer at once when there is nobody to share with, and never make a rank wait on a rank that
 waits itself):
-* the dispatch-overhead calibration (`calibration`): the first rank to ask measures it, the
-  others use its value;
+* the dispatch-overhead calibration (`calibration`): once every running rank has asked, the
+  lowest measures it while the others wait (idle, so that they do not compete with it for the
+  cores), and they use its value;
 * host gaps (`gaps`): at the end of each iteration, each rank gets the steady gaps its class's
   leader (lowest running rank) will charge next, and charges the same (`SteadyGaps.use_shared`).
 """
@@ -136,6 +137,7 @@ class Coordinator:
                     state = self._ranks[rank]
                     state.gone = True
                     self._release_gap_waiters(rank)
+                    self._maybe_calibrate()
                     if not state.finished:
                         # The launcher reports the crash itself; the peers must not wait.
                         if self.first_exit is None:
@@ -168,6 +170,7 @@ class Coordinator:
             with self._lock:
                 self._ranks[rank].finished = True
                 self._release_gap_waiters(rank)
+                self._maybe_calibrate()
                 self._check_deadlock()
 
     # -- shared host measurements -----------------------------------------------------------
@@ -224,8 +227,10 @@ class Coordinator:
                 self._send(r, None)
 
     def _on_calibration(self, rank: int, value: dict | None) -> None:
-        """The run's dispatch overhead: the first rank to ask measures it ("measure"), later
-        ones wait for its value (`value` is it, when the measuring rank posts it)."""
+        """The run's host calibration: one rank measures it ("measure") once every running
+        rank has asked for it, and the others wait for its value (`value` is it, when the
+        measuring rank posts it). Measured while a peer was still starting up on the same
+        cores, it came out ~30% low (engine.host.CONTENDED_SUFFIX); the peers now wait idle."""
         if value is not None:
             self._calibration = value
             self._calibrating = None
@@ -236,11 +241,23 @@ class Coordinator:
             return
         if self._calibration is not None:
             self._send(rank, self._calibration)
-        elif self._calibrating is None or self._ranks[self._calibrating].gone:
-            self._calibrating = rank
-            self._send(rank, "measure")
-        else:
-            self._ranks[rank].side_wait = ("calibration",)
+            return
+        self._ranks[rank].side_wait = ("calibration",)
+        self._maybe_calibrate()
+
+    def _maybe_calibrate(self) -> None:
+        """Once every live rank waits for the calibration, the lowest of them measures it."""
+        if self._calibration is not None or (
+                self._calibrating is not None and not self._ranks[self._calibrating].gone):
+            return
+        live = [s for s in self._ranks.values() if not s.gone and not s.finished]
+        waiting = sorted(r for r, s in self._ranks.items() if s.side_wait == ("calibration",)
+                         and not s.gone)
+        if not waiting or len(waiting) < len(live):
+            return
+        self._calibrating = waiting[0]
+        self._ranks[self._calibrating].side_wait = None
+        self._send(self._calibrating, "measure")
 
     def _send(self, rank: int, obj) -> None:
         try:

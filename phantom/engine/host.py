@@ -116,6 +116,13 @@ CALIBRATION_PAIRS = 8
 # and the others charge the history's median (Simulation._recent_calibration).
 REMEASURE_EVERY = 4
 KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
+# The training step's shape in the dispatch-overhead calibration (batch, width). The overhead is
+# the fake step's gaps minus the same step on CPU tensors, per handler entry: every microsecond
+# the CPU kernels spend computing is taken off that difference, so it came out short by it, and
+# each gap of a run kept it. At the reference step's 16x64 the CPU step's arithmetic is ~110 of
+# its ~670 us on the development VM (1x8: ~560 us), ~1.7 us per entry (2026-11-28). The fake side
+# does no arithmetic at any shape (its handler's time is not in the gaps).
+CALIBRATION_SHAPE = (1, 8)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
 LIST_INPUT = "list_input_ns"  # per tensor of a list argument (Simulation._measure_list_costs)
@@ -454,22 +461,25 @@ class SteadyGaps:
         return self.steady / total if total else None
 
 
-def training_step(device: str) -> Callable[[], None]:
+def training_step(device: str, batch: int = 16, width: int = 64) -> Callable[[], None]:
     """A tiny training step on `device` (linear, layer norm, GELU, loss, backward, foreach
-    AdamW on 16x64 tensors): framework overhead with almost no arithmetic. On CPU tensors it
-    measures how fast a machine runs PyTorch's Python and C++ host path; phantom also runs it
-    on fake CUDA tensors to measure its own dispatch overhead (Simulation.calibrate_dispatch_overhead)."""
+    AdamW on `batch` x `width` tensors): framework overhead with little arithmetic. On CPU
+    tensors at the default 16x64 it is the reference step (`reference_step_ns`), which measures
+    how fast a machine runs PyTorch's Python and C++ host path (the GPU presets' `host_step_ns`
+    were timed at that shape: keep it); phantom also runs it on fake CUDA tensors, against the
+    CPU one, to measure its own dispatch overhead (Simulation._measure_host_calibration, at
+    CALIBRATION_SHAPE)."""
     import torch
     import torch.nn.functional as F
 
-    lin1 = torch.nn.Linear(64, 64, device=device)
-    lin2 = torch.nn.Linear(64, 64, device=device)
-    norm = torch.nn.LayerNorm(64, device=device)
+    lin1 = torch.nn.Linear(width, width, device=device)
+    lin2 = torch.nn.Linear(width, width, device=device)
+    norm = torch.nn.LayerNorm(width, device=device)
     params = [*lin1.parameters(), *lin2.parameters(), *norm.parameters()]
     opt = torch.optim.AdamW(params, foreach=True)
 
     def step() -> None:
-        x = torch.randn(16, 64, device=device)
+        x = torch.randn(batch, width, device=device)
         loss = lin2(F.gelu(norm(lin1(x)))).float().pow(2).mean()
         loss.backward()
         opt.step()
@@ -606,6 +616,43 @@ def _stop(partner) -> None:
     except Exception:  # noqa: BLE001
         partner.kill()
         partner.wait()
+
+
+# Calibrations measured while other processes competed for this machine's CPUs are kept in a
+# history of their own (the fingerprint with this suffix). On the 2-vCPU development VM one busy
+# process beside the calibration lowered its per-entry overhead from 14.5-15.7 to 10.1-11.0 us
+# (2026-11-28, three runs each): the history of the code version before it held such values
+# (median 8.2 us, measured by test-suite runs on both cores and by ranks calibrating while their
+# peers still started up), and every later run charged that median: op-dense layer code came out
+# ~1.5-2x its real host time (bench/README.md, Megatron, Session 42).
+CONTENDED_SUFFIX = "+contended"
+
+
+def other_runnable_tasks(samples: int = 7, interval_s: float = 0.002) -> int | None:
+    """How many tasks besides this one are runnable on the machine: the median over `samples`
+    reads of /proc/loadavg's running count (which counts the reader); None where there is no
+    /proc/loadavg."""
+    counts = []
+    for i in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                counts.append(int(f.read().split()[3].split("/")[0]) - 1)
+        except (OSError, ValueError, IndexError):
+            return None
+        if i + 1 < samples:
+            time.sleep(interval_s)
+    return int(statistics.median(counts))
+
+
+def cpu_contended(others: int | None = None) -> bool:
+    """Whether other runnable tasks hold at least half of the CPUs this process may run on (at
+    least one): a host-path calibration measured now would not be this machine's alone."""
+    if others is None:
+        others = other_runnable_tasks()
+    if others is None:
+        return False
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return others >= max(1, cpus // 2)
 
 
 def cpu_model() -> str:

@@ -231,6 +231,10 @@ def _host_caution(report: dict[str, Any]) -> str | None:
     if variation and variation["slow_share"] >= 0.1:
         return (head + f"this machine ran up to {variation['max_slowdown']:.1f}x slower than its best "
                 f"in {100 * variation['slow_share']:.0f}% of speed samples" + tail)
+    if (sim.get("host_gaps") or {}).get("calibration_contended"):
+        return (head + "its host calibration ran while other processes kept this machine's CPUs "
+                "busy, which biases what phantom takes off each op's host time; run host-bound "
+                "simulations alone" + tail)
     at_start, best = sim.get("host_step_ns_at_start"), sim.get("host_step_ns_here")
     if at_start and best and at_start >= TORCH_PATH_SLOW * best:
         return (head + f"this machine's reference CPU step took {at_start / best:.1f}x its best at "
