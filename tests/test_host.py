@@ -102,6 +102,23 @@ def test_calibrations_are_settled_per_kind_and_remembered(tmp_path):
     assert again.settle(DISPATCH_OVERHEAD, "code", 3.0) == 3.0
 
 
+def test_a_process_that_did_not_measure_keeps_the_others_calibrations(tmp_path):
+    # Every rank of a run saves the cache at each speed sample; the ranks that did not
+    # measure used to write back the histories they read at start-up, dropping the measuring
+    # rank's new value: a multi-rank run's calibration was never kept.
+    from phantom.engine.host import DISPATCH_OVERHEAD
+
+    measuring, waiting = HostSpeedNormalizer(tmp_path), HostSpeedNormalizer(tmp_path)
+    measuring.settle(DISPATCH_OVERHEAD, "code", 12.0)
+    waiting.sample()  # saves, with a view read before the measurement
+    assert HostSpeedNormalizer(tmp_path).recent is not None
+    assert HostSpeedNormalizer(tmp_path)._kept(DISPATCH_OVERHEAD, "code") == [12.0]
+    # ... and a second measurement lands beside the first, whoever settles it
+    assert waiting.settle(DISPATCH_OVERHEAD, "code", 14.0) == 13.0
+    measuring.sample()
+    assert HostSpeedNormalizer(tmp_path)._kept(DISPATCH_OVERHEAD, "code") == [12.0, 14.0]
+
+
 def test_wake_penalty_is_measured_against_a_partner_on_the_same_core(monkeypatch):
     import os
     import subprocess

@@ -159,6 +159,7 @@ class HostSpeedNormalizer:
         # and a best speed remembered from a faster CPU would make this one look that fast.
         self._cache = cache_dir / f"host-probe-{platform.node()}-{_cpu_tag()}.json" if cache_dir else None
         self.best_ns, self.best_step_ns, self._histories, self._runs = self._load_best()
+        self._settled: list[tuple[str, str, float]] = []  # this process's measurements: saved
         # The ranks of a multi-process run (the launcher's run id) share this machine's cores,
         # and the probe then reads their contention as well: the published Megatron 1.7B row
         # (48 ranks, `--ranks auto`) took 557 and 596 ms an iteration with the full correction
@@ -230,6 +231,9 @@ class HostSpeedNormalizer:
         +-1.5 us from run to run (13-18 us seen), a few ms a step in a host-bound run; the
         median of the recent ones is the same quantity measured more times, and runs that
         compare two settings compare like with like."""
+        # what other processes settled since this one started, then this measurement
+        self._histories.update(self._saved_histories(self._read_cache()))
+        self._settled.append((kind, fingerprint, value_ns))
         kept = self._kept(kind, fingerprint)[-(HISTORY - 1):]
         kept.append(value_ns)
         # a few versions' histories are kept: one machine may alternate between two torch
@@ -265,13 +269,17 @@ class HostSpeedNormalizer:
     def _load_best(self) -> tuple[int | None, float | None, dict[str, dict], dict[str, float]]:
         saved = self._read_cache()
         probe, step = saved.get("best_probe_ns"), saved.get(_STEP_KEY)
+        return (int(probe) if _positive(probe) else None, float(step) if _positive(step) else None,
+                self._saved_histories(saved), self._saved_runs(saved))
+
+    @staticmethod
+    def _saved_histories(saved: dict) -> dict[str, dict]:
         histories = {}
         for kind in _HISTORY_KEYS:
             by_code = saved.get(kind)
             if isinstance(by_code, dict):
                 histories[kind] = {k: v for k, v in by_code.items() if isinstance(v, list)}
-        return (int(probe) if _positive(probe) else None, float(step) if _positive(step) else None,
-                histories, self._saved_runs(saved))
+        return histories
 
     @staticmethod
     def _saved_runs(saved: dict) -> dict[str, float]:
@@ -286,14 +294,31 @@ class HostSpeedNormalizer:
         try:
             self._cache.parent.mkdir(parents=True, exist_ok=True)
             tmp = self._cache.with_suffix(f".{os.getpid()}.tmp")
-            # Other runs side by side add theirs meanwhile: keep them.
-            runs = {**self._saved_runs(self._read_cache()), **self._runs}
+            # Other runs side by side (and the other ranks of this one) add theirs meanwhile:
+            # keep them. A history is written back only where this process settled a
+            # measurement: every rank saves at each speed sample, and the ranks that did not
+            # measure wrote back the histories they had read at start-up, which dropped the
+            # measuring rank's new value (a 2-rank run's calibration was never kept).
+            saved = self._read_cache()
+            runs = {**self._saved_runs(saved), **self._runs}
+            histories = self._saved_histories(saved)
+            for kind, fingerprint, value in self._settled:  # ... unless already there
+                by_code = histories.setdefault(kind, {})
+                values = by_code.pop(fingerprint, [])
+                by_code[fingerprint] = values if value in values else (values + [value])[-HISTORY:]
+                histories[kind] = dict(list(by_code.items())[-KEPT_VERSIONS:])
+            best = saved.get("best_probe_ns")
+            if _positive(best) and (self.best_ns is None or best < self.best_ns):
+                self.best_ns = int(best)
+            best_step = saved.get(_STEP_KEY)
+            if _positive(best_step) and (self.best_step_ns is None or best_step < self.best_step_ns):
+                self.best_step_ns = float(best_step)
             runs[self._run_key] = runs.pop(self._run_key)  # this run last: the newest
             self._runs = dict(list(runs.items())[-HISTORY:])
             saved_runs = self._runs if self._alone else \
                 {k: v for k, v in self._runs.items() if k != self._run_key}
             tmp.write_text(json.dumps({"best_probe_ns": self.best_ns, "probe_n": PROBE_N,
-                                       _STEP_KEY: self.best_step_ns, **self._histories,
+                                       _STEP_KEY: self.best_step_ns, **histories,
                                        _RUNS_KEY: saved_runs}))
             os.replace(tmp, self._cache)
         except OSError:
