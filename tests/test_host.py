@@ -416,6 +416,9 @@ def test_a_host_bound_run_calibrated_beside_busy_processes_is_flagged():
 
     caution = _host_caution(report(0.5, True))
     assert caution and "other processes" in caution and "alone" in caution
+    changing = report(0.5, True)  # a busy machine's probe also sees it slow: the cause comes first
+    changing["simulation"]["host_speed_variation"] = {**steady, "max_slowdown": 1.9, "slow_share": 0.4}
+    assert "other processes" in _host_caution(changing)
     assert _host_caution(report(0.5, False)) is None
     assert _host_caution(report(0.95, True)) is None  # GPU-bound
 

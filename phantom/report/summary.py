@@ -217,9 +217,9 @@ TORCH_PATH_SLOW = 1.4
 
 
 def _host_caution(report: dict[str, Any]) -> str | None:
-    """A warning when the result rests on host time measured while this machine kept
-    changing speed, or ran PyTorch's own code far below its best: host-bound steps then move
-    between runs by tens of percent."""
+    """A warning when the result rests on host time calibrated beside other busy processes, or
+    measured while this machine kept changing speed, or ran PyTorch's own code far below its
+    best: host-bound steps then move between runs by tens of percent."""
     sim = report["simulation"]
     variation = sim.get("host_speed_variation")
     busy = report["gpu_busy_fraction"]
@@ -228,13 +228,14 @@ def _host_caution(report: dict[str, Any]) -> str | None:
     head = f"  caution            host-bound (GPU busy {100 * busy:.0f}%), and "
     tail = (": the simulated step rests on host time measured here and can move by tens of "
             "percent between runs (README, 'Host time policy')")
-    if variation and variation["slow_share"] >= 0.1:
-        return (head + f"this machine ran up to {variation['max_slowdown']:.1f}x slower than its best "
-                f"in {100 * variation['slow_share']:.0f}% of speed samples" + tail)
+    # the most specific cause first: it says what to do
     if (sim.get("host_gaps") or {}).get("calibration_contended"):
         return (head + "its host calibration ran while other processes kept this machine's CPUs "
                 "busy, which biases what phantom takes off each op's host time; run host-bound "
                 "simulations alone" + tail)
+    if variation and variation["slow_share"] >= 0.1:
+        return (head + f"this machine ran up to {variation['max_slowdown']:.1f}x slower than its best "
+                f"in {100 * variation['slow_share']:.0f}% of speed samples" + tail)
     at_start, best = sim.get("host_step_ns_at_start"), sim.get("host_step_ns_here")
     if at_start and best and at_start >= TORCH_PATH_SLOW * best:
         return (head + f"this machine's reference CPU step took {at_start / best:.1f}x its best at "
