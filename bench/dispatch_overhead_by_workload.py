@@ -89,27 +89,17 @@ def gpt(device: str, n_layer: int) -> Callable[[], None]:
     return _train(model, idx, lambda m, x: _loss(m(x, x)))
 
 
-def llama(device: str) -> Callable[[], None]:
-    """A 2-layer Hugging Face Llama at width 64, SDPA attention."""
+def llama(device: str, layers: int = 2, width: int = 64, batch: int = 2, tokens: int = 32) -> Callable[[], None]:
+    """A Hugging Face Llama (`layers` x `width`, vocabulary 4 x width and at least 64, GQA 2:1), SDPA attention."""
     from transformers import AutoModelForCausalLM, LlamaConfig
 
-    cfg = LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+    vocab, heads = max(64, 4 * width), max(2, width // 16)
+    cfg = LlamaConfig(vocab_size=vocab, hidden_size=width, intermediate_size=2 * width,
+                      num_hidden_layers=layers, num_attention_heads=heads,
+                      num_key_value_heads=heads // 2, max_position_embeddings=64)
     cfg._attn_implementation = "sdpa"
     model = AutoModelForCausalLM.from_config(cfg).to(device)
-    idx = lambda: torch.randint(0, 256, (2, 32), device=device)  # noqa: E731
-    return _train(model, idx, lambda m, x: m(input_ids=x, labels=x).loss)
-
-
-def llama16(device: str) -> Callable[[], None]:
-    """A 16-layer Hugging Face Llama at width 8 (little arithmetic on the CPU side), SDPA, 8 tokens."""
-    from transformers import AutoModelForCausalLM, LlamaConfig
-
-    cfg = LlamaConfig(vocab_size=64, hidden_size=8, intermediate_size=16, num_hidden_layers=16,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
-    cfg._attn_implementation = "sdpa"
-    model = AutoModelForCausalLM.from_config(cfg).to(device)
-    idx = lambda: torch.randint(0, 64, (1, 8), device=device)  # noqa: E731
+    idx = lambda: torch.randint(0, vocab, (batch, tokens), device=device)  # noqa: E731
     return _train(model, idx, lambda m, x: m(input_ids=x, labels=x).loss)
 
 
@@ -150,7 +140,8 @@ def without_optimizer(make):
 WORKLOADS = {"calib": training_step, "calib_tiny": lambda d: training_step(d, *CALIBRATION_SHAPE),
              "mlp": lambda d: mlp(d, 4), "mlp16": lambda d: mlp(d, 16),
              "gpt2": lambda d: gpt(d, 2), "gpt6": lambda d: gpt(d, 6), "llama": llama,
-             "llama16": llama16}
+             # 16 layers at width 8 (little arithmetic on the CPU side), 8 tokens
+             "llama16": lambda d: llama(d, layers=16, width=8, batch=1, tokens=8)}
 WORKLOADS.update({f"{k}_no": without_optimizer(v) for k, v in list(WORKLOADS.items())})
 
 
