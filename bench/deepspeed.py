@@ -8,14 +8,15 @@ ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
     python bench/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
 
 `real` first builds DeepSpeed's FusedAdam CUDA extension (JIT, nvcc) once, then runs each config
-with `torchrun --nproc-per-node 2` and records the script's own `summary:` line (median step time
+with `torchrun --nproc-per-node 2` (`--nproc 1`: one GPU, the same ZeRO code path with one
+partition, for a host-bound check where no 2-GPU machine is lent) and records the script's own `summary:` line (median step time
 after the warm-up steps, peak allocated memory as the max over ranks). If the FusedAdam build
 fails, every config runs with DeepSpeed's `torch_adam` (torch.optim.AdamW, fused=True) instead,
 and the JSON says so; `sim` then uses the same optimizer. It also times one optimizer step of
 DeepSpeed's FusedAdam and of torch's fused AdamW on the same flat fp32 partition
 (`bench/kernels/deepspeed_adam.py`), which is how phantom prices FusedAdam.
 
-`sim` runs the same configs under `phantom run --nproc-per-node 2 --gpu H200` and writes
+`sim` runs the same configs under `phantom run --nproc-per-node N --gpu H200` (N: the real file's) and writes
 `<out>.md` (the table of bench/README.md) and `<out>.json`.
 
 `scale` runs Llama3 8B under ZeRO-3 (examples/deepspeed/train.py) and under FSDP2
@@ -157,12 +158,13 @@ def cmd_real(args: argparse.Namespace) -> None:
             print("FusedAdam JIT build failed: every config uses torch_adam (fused) instead", flush=True)
             optimizer = "torch_fused"
     meta["optimizer"] = optimizer
+    meta["nproc"] = args.nproc
     if optimizer == "fused_adam":  # one optimizer step, DeepSpeed's kernel against torch's
         r = run_streaming([sys.executable, "bench/kernels/deepspeed_adam.py"], 120, log_path=args.log)
         meta["adam_kernels"] = [json.loads(l[len("adam: "):]) for l in r["output"].splitlines()
                                 if l.startswith("adam: ")]
     write_json(args.out, {"meta": meta, "results": []})
-    rows = run_configs(torchrun_cmd(2), configs, optimizer, args.timeout, args.log,
+    rows = run_configs(torchrun_cmd(args.nproc), configs, optimizer, args.timeout, args.log,
                        on_row=lambda rows: write_json(args.out, {"meta": meta, "results": rows}))
     write_json(args.out, {"meta": meta, "results": rows})
 
@@ -185,12 +187,13 @@ def cmd_sim(args: argparse.Namespace) -> None:
     real = json.loads(Path(args.real).read_text())
     real_rows = {r["config"]["name"]: r for r in real["results"]}
     optimizer = real["meta"].get("optimizer", "fused_adam")
+    nproc = real["meta"].get("nproc", 2)  # files from before --nproc were all 2-GPU runs
     configs = [c for c in select(args.configs) if c.name in real_rows]
-    launcher = phantom_cmd(args.phantom) + ["run", "--quiet", "--nproc-per-node", "2", "--gpu", args.gpu, "--"]
+    launcher = phantom_cmd(args.phantom) + ["run", "--quiet", "--nproc-per-node", str(nproc), "--gpu", args.gpu, "--"]
     rows = run_configs(launcher, configs, optimizer, args.timeout, None)
     lines = [f"Real: {real['meta'].get('device')}, torch {real['meta'].get('torch')}, "
              f"{real['meta'].get('date', '')[:10]}; optimizer {optimizer}. Simulated: `phantom run "
-             f"--nproc-per-node 2 --gpu {args.gpu}`.", "",
+             f"--nproc-per-node {nproc} --gpu {args.gpu}`.", "",
              "| config | ZeRO | model | micro x accum x seq | real ms | sim ms | err % | "
              "real peak GiB | sim peak GiB | err % |",
              "|---|---|---|---|---|---|---|---|---|---|"]
@@ -269,6 +272,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--configs", help="comma-separated config names (default: all)")
     p.add_argument("--optimizer", choices=["fused_adam", "torch_fused"], default="fused_adam")
+    p.add_argument("--nproc", type=int, choices=[1, 2], default=2, help="GPUs (default 2)")
     p.add_argument("--timeout", type=float, default=150)
     p.add_argument("--build-timeout", type=float, default=240)
     p.add_argument("--log")

@@ -1,0 +1,205 @@
+"""Host-bound DeepSpeed rows against the speed of the host they ran on.
+
+The ZeRO-3 rows of `deepspeed.py` are host-bound on 2 x H200: most of a step is ZeRO-3's Python
+(per-module fetch and release hooks). Their real samples spread 14-64% over the lent hosts
+(`ground_truth_spread.py`), and each device call timed the host's reference CPU step
+(`python -m phantom.engine.host`) around its runs. phantom charges host time at one node pace:
+the GPU preset's reference step times its typical slowdown (H200: 603 us x 1.5 = 905 us), so
+its number stands for a host of that pace, while the median of the real samples stands for
+whichever hosts were lent. This script puts the two on one axis:
+
+- every committed real sample of the rows, with the mean of the reference steps its call timed
+  (before, between and after its runs; the hosts change pace within minutes, so this is the
+  call's pace, not the run's);
+- phantom's step for the same row at several node paces (`--host-speed` = node reference step
+  / this machine's best reference step, as phantom's default measures it).
+
+If phantom's curve passes through the real points, its host accounting of the row is right and
+the error against the median of the samples is the choice of node pace; if it misses at every
+pace, the accounting is off.
+
+    python bench/host_speed_curve.py --configs z3-1b,z3-1b-ga2,z3-3b-ac --paces 500,650,800,950,1100 \\
+        --out bench/data/session43/host_speed_curve
+
+Writes OUT.md (tables) and OUT.json; OUT.png if matplotlib is installed. Standard library
+otherwise; the simulations run `phantom run` as `deepspeed.py sim` does.
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from collectives import phantom_cmd, run_streaming, write_json  # noqa: E402
+from ground_truth_spread import DATA, DEEPSPEED_H200, deepspeed_samples  # noqa: E402
+
+
+def _bench_deepspeed():
+    """bench/deepspeed.py by path: by name, `deepspeed` is DeepSpeed itself wherever it has
+    been imported first (a test session)."""
+    spec = importlib.util.spec_from_file_location("bench_deepspeed", Path(__file__).with_name("deepspeed.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclass looks its module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+BENCH_DS = _bench_deepspeed()
+ds_config, parse_summary, select = BENCH_DS.ds_config, BENCH_DS.parse_summary, BENCH_DS.select
+
+# Real 1-GPU samples (`deepspeed.py real --nproc 1`), shown beside the 2-GPU ones: the same
+# ZeRO code path with one partition (Session 43).
+DEEPSPEED_H200_1GPU = [
+    "session43/device_zero3_1gpu_h200/zero3_1gpu_real_r1.json",
+    "session43/device_zero3_1gpu_h200/zero3_1gpu_real_r2.json",
+]
+
+
+def call_pace_us(sample: Path) -> float | None:
+    """Mean reference step (us) of the device call a sample file came from: every
+    host_reference*.json of its folder (an Intel Xeon host's)."""
+    steps = []
+    for hit in glob.glob(str(sample.parent / "host_reference*.json")):
+        try:
+            d = json.loads(Path(hit).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("host_step_ns") and "Xeon" in d.get("cpu", ""):
+            steps.append(d["host_step_ns"] / 1e3)
+    return statistics.mean(steps) if steps else None
+
+
+def real_points(names: list[str]) -> list[dict]:
+    points = []
+    for gpus, files in ((2, DEEPSPEED_H200), (1, DEEPSPEED_H200_1GPU)):
+        for rel in files:
+            path = DATA / rel
+            if not path.exists():
+                continue
+            pace = call_pace_us(path)
+            for name, ms in deepspeed_samples(path).items():
+                if name in names:
+                    points.append({"config": name, "gpus": gpus, "ms": ms, "pace_us": pace, "source": rel})
+    return points
+
+
+def simulate(config, nproc: int, host_speed: float | None, phantom: list[str], timeout: float) -> dict:
+    """One `phantom run` of a deepspeed.py config; its summary and the host pace it used."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report = Path(tmp) / "report.json"
+        cmd = phantom + ["run", "--quiet", "--nproc-per-node", str(nproc), "--gpu", "H200",
+                         "--report", str(report)]
+        cmd += ["--host-speed", f"{host_speed:.4f}"] if host_speed else []
+        r = run_streaming(cmd + ["--"] + config.args(ds_config(config.zero, "fused_adam", tmp)), timeout)
+        summary = parse_summary(r["output"])
+        if summary is None:
+            return {"error": r.get("error") or "no summary line"}
+        sim = json.loads(report.read_text())["simulation"] if report.exists() else {}
+        return {"ms": summary["median_iter_ms"], "host_speed": sim.get("host_speed"),
+                "node_pace_us": sim.get("host_step_ns_simulated", 0) * sim.get("host_mean_slowdown_simulated", 0) / 1e3}
+
+
+def curve(config, paces: list[float], nproc: int, phantom: list[str], timeout: float) -> list[dict]:
+    """phantom's step at the default pace, then at each of `paces` (node reference step, us)."""
+    default = simulate(config, nproc, None, phantom, timeout)
+    out = [{"pace_us": default.get("node_pace_us"), "default": True, **default}]
+    if "error" in default:
+        return out
+    # host_speed = node pace / this machine's best reference step: the default run gives the latter
+    best_here_us = default["node_pace_us"] / default["host_speed"]
+    for pace in paces:
+        out.append({"pace_us": pace, "default": False,
+                    **simulate(config, nproc, pace / best_here_us, phantom, timeout)})
+        print(f"  {config.name} x{nproc} at {pace:.0f} us: {out[-1].get('ms', out[-1].get('error'))}", flush=True)
+    return out
+
+
+def interpolate(points: list[dict], pace: float) -> float | None:
+    """phantom's step at `pace`, linear between the two nearest paces of its curve (beyond
+    its ends, along the end segment)."""
+    xy = sorted((p["pace_us"], p["ms"]) for p in points if "ms" in p and not p["default"])
+    if len(xy) < 2:
+        return None
+    i = next((k for k in range(1, len(xy) - 1) if pace <= xy[k][0]), len(xy) - 1)
+    (x0, y0), (x1, y1) = xy[i - 1], xy[i]
+    return y0 + (y1 - y0) * (pace - x0) / (x1 - x0)
+
+
+def tables(curves: dict, reals: list[dict]) -> list[str]:
+    lines = ["phantom's step (ms) at each node pace (reference step, us); * marks the default pace:", ""]
+    for key, pts in curves.items():
+        cells = ", ".join(f"{p['pace_us']:.0f}{'*' if p['default'] else ''}: "
+                          f"{p['ms']:.1f}" if "ms" in p else f"{p['pace_us']}: failed" for p in pts)
+        lines.append(f"- {key}: {cells}")
+    lines += ["", "Real samples against phantom at the pace their call's hosts measured:", "",
+              "| row | GPUs | real ms | call's mean reference step, us | phantom at that pace | error | source |",
+              "|---|---|---|---|---|---|---|"]
+    errors = {}
+    for p in sorted(reals, key=lambda p: (p["config"], p["gpus"], p["pace_us"] or 0)):
+        pts = curves.get(f"{p['config']} x{p['gpus']}")
+        sim = interpolate(pts, p["pace_us"]) if pts and p["pace_us"] else None
+        err = f"{100 * (sim / p['ms'] - 1):+.1f}%" if sim else "-"
+        if sim:
+            errors.setdefault(f"{p['config']} x{p['gpus']}", []).append(100 * (sim / p["ms"] - 1))
+        lines.append(f"| {p['config']} | {p['gpus']} | {p['ms']:.1f} | "
+                     f"{p['pace_us']:.0f} | {f'{sim:.1f}' if sim else '-'} | {err} | `{p['source']}` |"
+                     if p["pace_us"] else f"| {p['config']} | {p['gpus']} | {p['ms']:.1f} | - | - | - | `{p['source']}` |")
+    lines += [""] + [f"- {k}: mean error {statistics.mean(v):+.1f}%, mean |error| "
+                     f"{statistics.mean(abs(e) for e in v):.1f}% over {len(v)} samples"
+                     for k, v in errors.items()]
+    return lines
+
+
+def plot(curves: dict, reals: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    keys = list(curves)
+    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        pts = sorted((p["pace_us"], p["ms"]) for p in curves[key] if "ms" in p and not p["default"])
+        ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", label="phantom")
+        config, gpus = key.split(" x")
+        rs = [p for p in reals if p["config"] == config and str(p["gpus"]) == gpus and p["pace_us"]]
+        ax.plot([p["pace_us"] for p in rs], [p["ms"] for p in rs], "s", label="real")
+        ax.set(title=key, xlabel="host reference step (us)", ylabel="step (ms)")
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--configs", default="z3-1b,z3-1b-ga2,z3-3b-ac")
+    parser.add_argument("--paces", default="500,650,800,950,1100", help="node reference steps, us")
+    parser.add_argument("--gpus", default="2,1", help="simulate these GPU counts")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--phantom", help="command that runs phantom (default: `phantom`)")
+    parser.add_argument("--timeout", type=float, default=900)
+    args = parser.parse_args()
+    configs = select(args.configs)
+    paces = [float(p) for p in args.paces.split(",")]
+    phantom = phantom_cmd(args.phantom)
+    curves = {}
+    for gpus in (int(g) for g in args.gpus.split(",")):
+        for c in configs:
+            curves[f"{c.name} x{gpus}"] = curve(c, paces, gpus, phantom, args.timeout)
+    reals = real_points([c.name for c in configs])
+    text = "\n".join(tables(curves, reals)) + "\n"
+    print(text)
+    Path(args.out + ".md").write_text(text)
+    write_json(args.out + ".json", {"paces_us": paces, "curves": curves, "real": reals})
+    plot(curves, reals, args.out + ".png")
+
+
+if __name__ == "__main__":
+    main()
