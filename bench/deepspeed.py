@@ -159,7 +159,7 @@ def cmd_real(args: argparse.Namespace) -> None:
             optimizer = "torch_fused"
     meta["optimizer"] = optimizer
     meta["nproc"] = args.nproc
-    if optimizer == "fused_adam":  # one optimizer step, DeepSpeed's kernel against torch's
+    if optimizer == "fused_adam" and args.adam_kernels:  # one optimizer step, DeepSpeed's kernel against torch's
         r = run_streaming([sys.executable, "bench/kernels/deepspeed_adam.py"], 120, log_path=args.log)
         meta["adam_kernels"] = [json.loads(l[len("adam: "):]) for l in r["output"].splitlines()
                                 if l.startswith("adam: ")]
@@ -273,6 +273,8 @@ def main() -> None:
     p.add_argument("--configs", help="comma-separated config names (default: all)")
     p.add_argument("--optimizer", choices=["fused_adam", "torch_fused"], default="fused_adam")
     p.add_argument("--nproc", type=int, choices=[1, 2], default=2, help="GPUs (default 2)")
+    p.add_argument("--adam-kernels", action=argparse.BooleanOptionalAction, default=True,
+                   help="time DeepSpeed's and torch's Adam kernels first (~30 s)")
     p.add_argument("--timeout", type=float, default=150)
     p.add_argument("--build-timeout", type=float, default=240)
     p.add_argument("--log")

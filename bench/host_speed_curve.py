@@ -8,21 +8,23 @@ the GPU preset's reference step times its typical slowdown (H200: 603 us x 1.5 =
 its number stands for a host of that pace, while the median of the real samples stands for
 whichever hosts were lent. This script puts the two on one axis:
 
-- every committed real sample of the rows, with the mean of the reference steps its call timed
-  (before, between and after its runs; the hosts change pace within minutes, so this is the
-  call's pace, not the run's);
+- every committed real sample of the rows, with the reference steps timed around it: just
+  before and after the run where the call timed them so (`device/h200_zero3_paced_s43.sh`),
+  else the mean of its call's (before, between and after its runs);
 - phantom's step for the same row at several node paces (`--host-speed` = node reference step
   / this machine's best reference step, as phantom's default measures it).
 
 If phantom's curve passes through the real points, its host accounting of the row is right and
 the error against the median of the samples is the choice of node pace; if it misses at every
-pace, the accounting is off.
+pace, the accounting is off. If the real points do not follow the reference step at all, the
+reference step is no gauge of these hosts' pace for this code (Session 43 found so: z3-3b-ac
+took 810 ms on one GPU between reference steps of 641 and 630 us, 804 ms between 1231 and 1110).
 
     python bench/host_speed_curve.py --configs z3-1b,z3-1b-ga2,z3-3b-ac --paces 500,650,800,950,1100 \\
         --out bench/data/session43/host_speed_curve
 
-Writes OUT.md (tables) and OUT.json; OUT.png if matplotlib is installed. Standard library
-otherwise; the simulations run `phantom run` as `deepspeed.py sim` does.
+Writes OUT.md (tables), OUT.json and OUT.html (plotly). The simulations run `phantom run` as
+`deepspeed.py sim` does.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import argparse
 import glob
 import importlib.util
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -58,20 +61,34 @@ ds_config, parse_summary, select = BENCH_DS.ds_config, BENCH_DS.parse_summary, B
 DEEPSPEED_H200_1GPU = [
     "session43/device_zero3_1gpu_h200/zero3_1gpu_real_r1.json",
     "session43/device_zero3_1gpu_h200/zero3_1gpu_real_r2.json",
+    # one run a file, each between two reference steps (device/h200_zero3_paced_s43.sh)
+    *(f"session43/device_zero3_paced_h200/paced_{i}_{name}.json"
+      for i, name in enumerate(["z3-1b", "z3-3b-ac"] * 3 + ["z3-1b"], start=1)),
 ]
+PACED = re.compile(r"^paced_(\d+)_")
 
 
-def call_pace_us(sample: Path) -> float | None:
-    """Mean reference step (us) of the device call a sample file came from: every
-    host_reference*.json of its folder (an Intel Xeon host's)."""
-    steps = []
-    for hit in glob.glob(str(sample.parent / "host_reference*.json")):
-        try:
-            d = json.loads(Path(hit).read_text())
-        except (OSError, ValueError):
-            continue
-        if isinstance(d, dict) and d.get("host_step_ns") and "Xeon" in d.get("cpu", ""):
-            steps.append(d["host_step_ns"] / 1e3)
+def _reference_us(path: Path) -> float | None:
+    """A host_reference*.json's reference step in us (an Intel Xeon host's), or None."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    ok = isinstance(d, dict) and d.get("host_step_ns") and "Xeon" in d.get("cpu", "")
+    return d["host_step_ns"] / 1e3 if ok else None
+
+
+def sample_pace_us(sample: Path) -> float | None:
+    """The host's pace around a sample file's runs: the two reference steps just before and
+    after it where the call timed them so (`paced_N_*.json`: host_reference_{N-1} and _N);
+    else the mean of every reference step of its call's folder."""
+    paced = PACED.match(sample.name)
+    if paced:
+        n = int(paced.group(1))
+        hits = [sample.parent / f"host_reference_{k}.json" for k in (n - 1, n)]
+    else:
+        hits = [Path(h) for h in glob.glob(str(sample.parent / "host_reference*.json"))]
+    steps = [us for us in map(_reference_us, hits) if us]
     return statistics.mean(steps) if steps else None
 
 
@@ -82,7 +99,7 @@ def real_points(names: list[str]) -> list[dict]:
             path = DATA / rel
             if not path.exists():
                 continue
-            pace = call_pace_us(path)
+            pace = sample_pace_us(path)
             for name, ms in deepspeed_samples(path).items():
                 if name in names:
                     points.append({"config": name, "gpus": gpus, "ms": ms, "pace_us": pace, "source": rel})
@@ -137,8 +154,8 @@ def tables(curves: dict, reals: list[dict]) -> list[str]:
         cells = ", ".join(f"{p['pace_us']:.0f}{'*' if p['default'] else ''}: "
                           f"{p['ms']:.1f}" if "ms" in p else f"{p['pace_us']}: failed" for p in pts)
         lines.append(f"- {key}: {cells}")
-    lines += ["", "Real samples against phantom at the pace their call's hosts measured:", "",
-              "| row | GPUs | real ms | call's mean reference step, us | phantom at that pace | error | source |",
+    lines += ["", "Real samples against phantom at the pace the reference steps around them measured:", "",
+              "| row | GPUs | real ms | reference step around it, us | phantom at that pace | error | source |",
               "|---|---|---|---|---|---|---|"]
     errors = {}
     for p in sorted(reals, key=lambda p: (p["config"], p["gpus"], p["pace_us"] or 0)):
@@ -157,24 +174,25 @@ def tables(curves: dict, reals: list[dict]) -> list[str]:
 
 
 def plot(curves: dict, reals: list[dict], path: str) -> None:
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return
+    """One panel a row: phantom's curve and the real samples at their pace (plotly, HTML)."""
+    from plotly.subplots import make_subplots
+
     keys = list(curves)
-    fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 4), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    fig = make_subplots(rows=1, cols=len(keys), subplot_titles=keys)
+    for col, key in enumerate(keys, start=1):
         pts = sorted((p["pace_us"], p["ms"]) for p in curves[key] if "ms" in p and not p["default"])
-        ax.plot([x for x, _ in pts], [y for _, y in pts], "-o", label="phantom")
+        fig.add_scatter(x=[x for x, _ in pts], y=[y for _, y in pts], mode="lines+markers",
+                        name="phantom", legendgroup="phantom", showlegend=col == 1,
+                        marker_color="#1f77b4", row=1, col=col)
         config, gpus = key.split(" x")
         rs = [p for p in reals if p["config"] == config and str(p["gpus"]) == gpus and p["pace_us"]]
-        ax.plot([p["pace_us"] for p in rs], [p["ms"] for p in rs], "s", label="real")
-        ax.set(title=key, xlabel="host reference step (us)", ylabel="step (ms)")
-        ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
+        fig.add_scatter(x=[p["pace_us"] for p in rs], y=[p["ms"] for p in rs], mode="markers",
+                        name="real", legendgroup="real", showlegend=col == 1, marker_symbol="square",
+                        marker_color="#d62728", text=[p["source"] for p in rs], row=1, col=col)
+        fig.update_xaxes(title_text="host reference step (us)", row=1, col=col)
+    fig.update_yaxes(title_text="step (ms)", row=1, col=1)
+    fig.update_layout(height=420, width=360 * len(keys), title="host-bound DeepSpeed rows against host pace")
+    fig.write_html(path, include_plotlyjs="cdn")
 
 
 def main() -> None:
@@ -185,20 +203,30 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--phantom", help="command that runs phantom (default: `phantom`)")
     parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--tables-from", metavar="JSON",
+                        help="no simulation: the curves of an earlier run's OUT.json, against the "
+                             "real samples committed now")
     args = parser.parse_args()
     configs = select(args.configs)
+    if args.tables_from:
+        curves = json.loads(Path(args.tables_from).read_text())["curves"]
+        paces = json.loads(Path(args.tables_from).read_text())["paces_us"]
+        return write(args.out, curves, paces, real_points([c.name for c in configs]))
     paces = [float(p) for p in args.paces.split(",")]
     phantom = phantom_cmd(args.phantom)
     curves = {}
     for gpus in (int(g) for g in args.gpus.split(",")):
         for c in configs:
             curves[f"{c.name} x{gpus}"] = curve(c, paces, gpus, phantom, args.timeout)
-    reals = real_points([c.name for c in configs])
+    write(args.out, curves, paces, real_points([c.name for c in configs]))
+
+
+def write(out: str, curves: dict, paces: list[float], reals: list[dict]) -> None:
     text = "\n".join(tables(curves, reals)) + "\n"
     print(text)
-    Path(args.out + ".md").write_text(text)
-    write_json(args.out + ".json", {"paces_us": paces, "curves": curves, "real": reals})
-    plot(curves, reals, args.out + ".png")
+    Path(out + ".md").write_text(text)
+    write_json(out + ".json", {"paces_us": paces, "curves": curves, "real": reals})
+    plot(curves, reals, out + ".html")
 
 
 if __name__ == "__main__":

@@ -36,12 +36,20 @@ def test_the_curve_is_read_between_its_nearest_paces_and_along_its_end_segments(
     assert curve.interpolate(_points((500, 1.0)), 600) is None  # one pace is no curve
 
 
-def test_real_samples_carry_their_calls_mean_reference_step(curve):
+def test_real_samples_carry_the_pace_of_the_reference_steps_around_them(curve):
     points = curve.real_points(["z3-1b", "z3-3b-ac"])
-    one_gpu = [p for p in points if p["gpus"] == 1]
-    # two rounds on one lent H200 (Session 43), its four reference steps averaged
-    assert sorted(p["ms"] for p in one_gpu if p["config"] == "z3-1b") == [352.27, 372.54]
-    assert {round(p["pace_us"]) for p in one_gpu} == {956}
+    one_gpu = [p for p in points if p["gpus"] == 1 and p["config"] == "z3-1b"]
+    # two rounds on one lent H200, at their call's four reference steps averaged ...
+    rounds = [p for p in one_gpu if "zero3_1gpu_real" in p["source"]]
+    assert sorted(p["ms"] for p in rounds) == [352.27, 372.54]
+    assert {round(p["pace_us"]) for p in rounds} == {956}
+    # ... and four single runs, each at the two reference steps just before and after it
+    paced = {p["source"].rsplit("/", 1)[1]: p for p in one_gpu if "paced" in p["source"]}
+    assert len(paced) == 4
+    folder = curve.DATA / "session43" / "device_zero3_paced_h200"
+    before, after = (curve._reference_us(folder / f"host_reference_{k}.json") for k in (2, 3))
+    assert paced["paced_3_z3-1b.json"]["pace_us"] == pytest.approx((before + after) / 2)
+    assert paced["paced_3_z3-1b.json"]["ms"] == 297.5
     two_gpu = [p for p in points if p["gpus"] == 2 and p["config"] == "z3-1b"]
     assert len(two_gpu) == 7  # every committed FusedAdam sample, as ground_truth_spread.py reads
     assert sum(p["pace_us"] is not None for p in two_gpu) == 6  # the first call timed no reference
