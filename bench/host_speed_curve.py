@@ -159,14 +159,15 @@ def tables(curves: dict, reals: list[dict]) -> list[str]:
               "|---|---|---|---|---|---|---|"]
     errors = {}
     for p in sorted(reals, key=lambda p: (p["config"], p["gpus"], p["pace_us"] or 0)):
-        pts = curves.get(f"{p['config']} x{p['gpus']}")
-        sim = interpolate(pts, p["pace_us"]) if pts and p["pace_us"] else None
-        err = f"{100 * (sim / p['ms'] - 1):+.1f}%" if sim else "-"
-        if sim:
-            errors.setdefault(f"{p['config']} x{p['gpus']}", []).append(100 * (sim / p["ms"] - 1))
-        lines.append(f"| {p['config']} | {p['gpus']} | {p['ms']:.1f} | "
-                     f"{p['pace_us']:.0f} | {f'{sim:.1f}' if sim else '-'} | {err} | `{p['source']}` |"
-                     if p["pace_us"] else f"| {p['config']} | {p['gpus']} | {p['ms']:.1f} | - | - | - | `{p['source']}` |")
+        key = f"{p['config']} x{p['gpus']}"
+        pace, sim, err = "-", "-", "-"
+        if p["pace_us"]:
+            pace = f"{p['pace_us']:.0f}"
+            ms = interpolate(curves[key], p["pace_us"]) if key in curves else None
+            if ms:
+                errors.setdefault(key, []).append(100 * (ms / p["ms"] - 1))
+                sim, err = f"{ms:.1f}", f"{errors[key][-1]:+.1f}%"
+        lines.append(f"| {p['config']} | {p['gpus']} | {p['ms']:.1f} | {pace} | {sim} | {err} | `{p['source']}` |")
     lines += [""] + [f"- {k}: mean error {statistics.mean(v):+.1f}%, mean |error| "
                      f"{statistics.mean(abs(e) for e in v):.1f}% over {len(v)} samples"
                      for k, v in errors.items()]

@@ -150,6 +150,15 @@ def _positive(value) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 
+def _with_newest(by_code: dict[str, list], fingerprint: str, values: list[float]) -> dict[str, list]:
+    """One kind's histories by code version with `fingerprint`'s set to the last HISTORY of
+    `values` and made the newest version. A few versions are kept: one machine may alternate
+    between two torch installs (CI's CPU and CUDA builds), and each would otherwise restart the
+    other's."""
+    others = [(code, kept) for code, kept in by_code.items() if code != fingerprint]
+    return dict(others[-(KEPT_VERSIONS - 1):] + [(fingerprint, values[-HISTORY:])])
+
+
 class HostSpeedNormalizer:
     """`factor` converts this machine's measured ns into ns at its best observed speed."""
 
@@ -234,15 +243,10 @@ class HostSpeedNormalizer:
         # what other processes settled since this one started, then this measurement
         self._histories.update(self._saved_histories(self._read_cache()))
         self._settled.append((kind, fingerprint, value_ns))
-        kept = self._kept(kind, fingerprint)[-(HISTORY - 1):]
-        kept.append(value_ns)
-        # a few versions' histories are kept: one machine may alternate between two torch
-        # installs (CI's CPU and CUDA builds), and each would otherwise restart the other's
-        others = [(code, values) for code, values in self._histories.get(kind, {}).items()
-                  if code != fingerprint][-(KEPT_VERSIONS - 1):]
-        self._histories[kind] = dict(others + [(fingerprint, kept)])
+        self._histories[kind] = _with_newest(self._histories.get(kind, {}), fingerprint,
+                                             self._kept(kind, fingerprint) + [value_ns])
         self._save_best()
-        return statistics.median(kept)
+        return statistics.median(self._histories[kind][fingerprint])
 
     def recent(self, kind: str, fingerprint: str) -> float | None:
         """The median of this machine's last HISTORY measurements of `kind` for this code
@@ -303,10 +307,10 @@ class HostSpeedNormalizer:
             runs = {**self._saved_runs(saved), **self._runs}
             histories = self._saved_histories(saved)
             for kind, fingerprint, value in self._settled:  # ... unless already there
-                by_code = histories.setdefault(kind, {})
-                values = by_code.pop(fingerprint, [])
-                by_code[fingerprint] = values if value in values else (values + [value])[-HISTORY:]
-                histories[kind] = dict(list(by_code.items())[-KEPT_VERSIONS:])
+                by_code = histories.get(kind, {})
+                values = by_code.get(fingerprint, [])
+                histories[kind] = _with_newest(by_code, fingerprint,
+                                               values if value in values else values + [value])
             best = saved.get("best_probe_ns")
             if _positive(best) and (self.best_ns is None or best < self.best_ns):
                 self.best_ns = int(best)
