@@ -67,6 +67,11 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="steady (default): from the second iteration on, the script's host time "
                         "between two ops is the mean of that point of the last few iterations; "
                         "measured: every gap as measured on this machine (README, host time policy)")
+    p.add_argument("--host-pace", choices=("probe", "process"), default="probe",
+                   help="how this machine's speed now is read, to convert measured host time: "
+                        "probe (default): a pure-Python probe in each rank; process: the "
+                        "reference CPU step timed by a process beside the ranks, which also "
+                        "follows slow states of PyTorch's own code (README, host time policy)")
     p.add_argument("--rank-spread", type=float, default=None, metavar="SIGMA",
                    help="how far apart the ranks of a multi-GPU run go on the host (sigma of a "
                         "lognormal host time; default: the GPU preset's, measured on real "
@@ -99,7 +104,7 @@ def _run_parser() -> argparse.ArgumentParser:
 
 # phantom run's options that take a value (the rest are flags)
 RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--power-limit", "--report", "--on-data-read", "--nproc-per-node",
-                          "--host-speed", "--host-gaps", "--rank-spread", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
+                          "--host-speed", "--host-gaps", "--host-pace", "--rank-spread", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
                           "--ranks", "--executor", "--ray-address", "--transformer-engine",
                           "--out", "--trace", "--trace-ranks", "--trace-iters"}
 
@@ -160,7 +165,8 @@ def parse_run_args(argv: list[str]) -> RunConfig:
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, power_limit_w=args.power_limit,
                        report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       host_speed=args.host_speed, host_gaps=args.host_gaps, rank_spread=args.rank_spread,
+                       host_speed=args.host_speed, host_gaps=args.host_gaps, host_pace=args.host_pace,
+                       rank_spread=args.rank_spread,
                        transformer_engine=args.transformer_engine,
                        tee=args.tee, log_dir=args.log_dir,
                        db_paths=_check_dbs(args.db, args.gpu or "H100"),

@@ -7,6 +7,7 @@ the report is built from. Interception calls into it; it calls nothing back.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
 import os
 import random
@@ -30,10 +31,13 @@ from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, ins
                                    replay, replay_host_ns)
 from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, CALIBRATION_SHAPE, CONTENDED_SUFFIX,
                                  DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
-                                 HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, RELEASE, REMEASURE_EVERY,
+                                 HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, PACED_SUFFIX, RELEASE,
+                                 REMEASURE_EVERY,
                                  WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps, code_fingerprint,
                                  cpu_contended, reference_step_ns, straggler_pace, training_step,
                                  wake_penalty_ns)
+from phantom.engine.pace import PACE_FILE_ENV, read_pace, wait_for_pace
+from phantom.engine.pace import PERIOD_S as PACE_PERIOD_S
 from phantom.hardware import GPUSpec
 from phantom.interception import data_reads
 from phantom.memory import AllocatorOutOfMemory, CachingAllocator
@@ -231,7 +235,7 @@ class Simulation:
         # memory is the graph's pool, so they make outputs and nothing else.
         self.graph_shadow = False
         self.user_host_ns = 0.0  # host time charged for the script's own gaps
-        self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock)
+        self._speed = HostSpeedNormalizer(cache_dir(), clock=self._clock, pace=self._pace_reader())
         # This machine (at its best observed speed) against the simulated host: given, or
         # measured by _calibrate_host_speed.
         self.host_step_ns_here: float | None = None  # the reference step here, at best speed
@@ -249,6 +253,12 @@ class Simulation:
         self._speed_sampled_wall = REAL_NS()
 
     # -- host time ------------------------------------------------------------------------
+    @staticmethod
+    def _pace_reader() -> Callable[[], float | None] | None:
+        """The reader of the launcher's pace process (engine.pace), or None without one."""
+        path = os.environ.get(PACE_FILE_ENV)
+        return functools.partial(read_pace, path) if path else None
+
     def _calibrate_host_speed(self) -> float:
         """Compare this machine with the simulated node's host on the same tiny CPU training
         step (GPUSpec.host_step_ns was measured on the node): the script's host time here is
@@ -262,6 +272,12 @@ class Simulation:
         # probe's 1.1x, for many minutes, on the Session 40 VM): the report's summary says so.
         self.host_step_ns_at_start = reference_step_ns(rounds=5, clock=self._clock)
         self.host_step_ns_here = self._speed.record_step(self.host_step_ns_at_start)
+        if os.environ.get(PACE_FILE_ENV):
+            # it starts with the rank, importing torch; without a reading by now the whole run
+            # converts by the probe, as its calibration below then does
+            if wait_for_pace(os.environ[PACE_FILE_ENV]) is None:
+                self._speed.drop_pace()
+            self._speed.sample()
         if self.options.host_speed is not None:
             return self.options.host_speed
         # Gaps are converted to this machine's best speed; the node's reference step is its
@@ -981,7 +997,15 @@ class Simulation:
         # Other processes on this machine's CPUs bias the measurement (engine.host.
         # CONTENDED_SUFFIX): such runs keep a history of their own, so that runs made alone
         # never charge what a busy machine measured.
+        if self._speed.paced:
+            # right after its next reading, so that the pace process's own few ms of work do not
+            # count as another busy process below (and stay out of the measurement)
+            wait_for_pace(os.environ[PACE_FILE_ENV], timeout_s=2 * PACE_PERIOD_S, fresh=True)
         contended = cpu_contended()
+        # Measurements converted to the best speed by the pace process and by the probe
+        # differ by how the two read this machine: each keeps its own history.
+        if self._speed.paced:
+            fingerprint += PACED_SUFFIX
         history = fingerprint + CONTENDED_SUFFIX if contended else fingerprint
         recent = self._recent_calibration(history, blocking)
         if recent is not None:

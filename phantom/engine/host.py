@@ -3,10 +3,14 @@
 The script's own Python time between CUDA ops is measured on the machine running the
 simulation. Shared and frequency-scaled CPUs change speed during a run: the development VMs
 of this project switch between two speeds a factor ~2 apart, in spells of a few to a few
-hundred milliseconds. A ~0.5 ms pure-Python probe, re-run every few thousand ops, gives the
-machine's recent speed relative to the fastest it has been seen to run (remembered across runs
-in phantom's cache directory); measured time is scaled to that fastest speed, so a run does not
-come out 2x slower because the machine was in its slow state.
+hundred milliseconds, and between states that last minutes. Measured time is scaled to the
+fastest this machine has been seen to run (remembered across runs in phantom's cache
+directory), by its speed now:
+
+- under the launcher, the reference step's time in a pace process beside the ranks
+  (engine.pace), against the fastest this machine ran it at start-up;
+- elsewhere (or if that process fails), a ~0.5 ms pure-Python probe, re-run every few
+  thousand ops, against the fastest it ran, damped towards this machine's usual speed.
 """
 from __future__ import annotations
 
@@ -162,8 +166,13 @@ def _with_newest(by_code: dict[str, list], fingerprint: str, values: list[float]
 class HostSpeedNormalizer:
     """`factor` converts this machine's measured ns into ns at its best observed speed."""
 
-    def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS) -> None:
+    def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS,
+                 pace: Callable[[], float | None] | None = None) -> None:
         self._clock = clock  # the clock host time is measured with (wall or CPU time)
+        # The pace process's reading (engine.pace.read_pace: the reference step's ns now, or
+        # None): where there is one, it sets the factor, and the probe only reports.
+        self._pace = pace
+        self._pace_samples: list[float] = []
         # Keyed by CPU model as well as host name: cloud VMs often share a host name ("vm"),
         # and a best speed remembered from a faster CPU would make this one look that fast.
         self._cache = cache_dir / f"host-probe-{platform.node()}-{_cpu_tag()}.json" if cache_dir else None
@@ -179,6 +188,7 @@ class HostSpeedNormalizer:
                                              PROBE_STRENGTH if self._alone else 1.0))
         self._run_key = f"{os.getpid()}-{time.time_ns()}"  # this run's entry in _runs
         self.factor = 1.0
+        self.paced = False  # whether the last sample's factor came from the pace process
         self._samples: list[float] = []  # every sample of the run: the speed, variation()
         _probe_ns(clock)  # warm the code path
         self.sample()
@@ -195,14 +205,35 @@ class HostSpeedNormalizer:
         self._samples.append(current)
         self._runs[self._run_key] = statistics.median(self._samples)
         self._save_best()
-        recent = self._samples[-SPEED_WINDOW:]
-        self.factor = self._factor(sum(recent) / len(recent))
+        pace = self._read_pace()
+        if pace is not None:
+            self.factor = self.best_step_ns / pace
+        else:
+            recent = self._samples[-SPEED_WINDOW:]
+            self.factor = self._factor(sum(recent) / len(recent))
         return self.factor
 
     def sample_now(self) -> float:
-        """Sample, and return this sample's factor alone (not the window's)."""
+        """Sample, and return this sample's factor alone (not the probe window's)."""
         self.sample()
+        if self.paced:
+            return self.factor
         return self._factor(self._samples[-1])
+
+    def drop_pace(self) -> None:
+        """Set the factor by the probe for the rest of the run (the pace process gave no
+        reading by the calibration, which must convert as the run's gaps do)."""
+        self._pace = None
+        self.paced = False
+
+    def _read_pace(self) -> float | None:
+        """The pace process's reading now, where there is one and a best step to set it
+        against; None: the probe sets the factor."""
+        pace = self._pace() if self._pace is not None and self.best_step_ns is not None else None
+        self.paced = pace is not None
+        if self.paced:
+            self._pace_samples.append(pace)
+        return pace
 
     def usual_ns(self) -> float:
         """This machine's usual probe time: the median over the recent runs here (this one's
@@ -222,7 +253,17 @@ class HostSpeedNormalizer:
         return {"samples": len(slowdowns),
                 "mean_slowdown": sum(slowdowns) / len(slowdowns),
                 "max_slowdown": max(slowdowns),
-                "slow_share": sum(x > SLOW_STATE for x in slowdowns) / len(slowdowns)}
+                "slow_share": sum(x > SLOW_STATE for x in slowdowns) / len(slowdowns),
+                **self._pace_variation()}
+
+    def _pace_variation(self) -> dict:
+        """The pace process's readings against this machine's best reference step: how slow
+        it ran PyTorch's host path over the run (what the factor took out)."""
+        if not self._pace_samples or self.best_step_ns is None:
+            return {"pace_samples": 0}
+        slowdowns = [t / self.best_step_ns for t in self._pace_samples]
+        return {"pace_samples": len(slowdowns), "pace_mean_slowdown": sum(slowdowns) / len(slowdowns),
+                "pace_max_slowdown": max(slowdowns)}
 
     def record_step(self, step_ns: float) -> float:
         """Fold in a timing of `training_step` on CPU; returns the fastest seen on this machine
@@ -655,6 +696,7 @@ def _stop(partner) -> None:
 # peers still started up), and every later run charged that median: op-dense layer code came out
 # ~1.5-2x its real host time (bench/README.md, Megatron, Session 42).
 CONTENDED_SUFFIX = "+contended"
+PACED_SUFFIX = "+paced"  # ... and those converted by the pace process (engine.pace), likewise
 
 
 def other_runnable_tasks(samples: int = 7, interval_s: float = 0.002) -> int | None:

@@ -8,6 +8,7 @@ behind (each rank runs in its own process group, which is killed as a whole).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import random
@@ -22,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from phantom.engine.pace import PACE_FILE_ENV, PaceProcess
 from phantom.launcher.config import ENV_VAR, RunConfig
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
@@ -37,13 +39,33 @@ def launch(config: RunConfig) -> int:
     prepare_run(config)  # --out / --trace: where the ranks write their parts
     network: list = []
     code = 1
-    try:
-        code = _launch_one(config) if not config.distributed else \
-            _launch_ranks(config, on_network=network.append)
-    finally:
-        if config.parts_dir is not None:
-            finish_run(config, code, network[0].link_usage if network else None)
+    with _pace_process(config.host_pace == "process"):
+        try:
+            code = _launch_one(config) if not config.distributed else \
+                _launch_ranks(config, on_network=network.append)
+        finally:
+            if config.parts_dir is not None:
+                finish_run(config, code, network[0].link_usage if network else None)
     return code
+
+
+@contextlib.contextmanager
+def _pace_process(wanted: bool):
+    """With `wanted` (--host-pace process), the run's pace process (engine.pace), its file named
+    to the ranks in their environment (they inherit this process's)."""
+    if not wanted:
+        yield
+        return
+    with tempfile.TemporaryDirectory(prefix="phantom-pace-") as tmp:
+        pace = PaceProcess(Path(tmp))
+        path = pace.start()
+        if path is not None:
+            os.environ[PACE_FILE_ENV] = str(path)
+        try:
+            yield
+        finally:
+            os.environ.pop(PACE_FILE_ENV, None)
+            pace.stop()
 
 
 def _launch_one(config: RunConfig) -> int:

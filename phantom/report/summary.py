@@ -217,8 +217,9 @@ TORCH_PATH_SLOW = 1.4
 
 
 def _host_caution(report: dict[str, Any]) -> str | None:
-    """A warning when the result rests on host time calibrated beside other busy processes, or
-    measured while this machine kept changing speed, or ran PyTorch's own code far below its
+    """A warning when the result rests on host time calibrated beside other busy processes, or,
+    without the pace process's readings (engine/pace.py: a run not started by the launcher),
+    measured while this machine kept changing speed or ran PyTorch's own code far below its
     best: host-bound steps then move between runs by tens of percent."""
     sim = report["simulation"]
     variation = sim.get("host_speed_variation")
@@ -233,6 +234,8 @@ def _host_caution(report: dict[str, Any]) -> str | None:
         return (head + "its host calibration ran while other processes kept this machine's CPUs "
                 "busy, which biases what phantom takes off each op's host time; run host-bound "
                 "simulations alone" + tail)
+    if variation and variation.get("pace_samples"):
+        return None  # converted by the pace process's reading of this machine (engine/pace.py)
     if variation and variation["slow_share"] >= 0.1:
         return (head + f"this machine ran up to {variation['max_slowdown']:.1f}x slower than its best "
                 f"in {100 * variation['slow_share']:.0f}% of speed samples" + tail)
