@@ -32,10 +32,9 @@ from phantom.engine.graphs import (CapturedGraph, GraphCapture, GraphKernel, ins
 from phantom.engine.host import (API_CALL, CALIBRATION_PAIRS, CALIBRATION_SHAPE, CONTENDED_SUFFIX,
                                  DISPATCH_OVERHEAD, FIRST_RUNS, FIRST_RUNS_PAIR_FACTOR,
                                  HOST_CLOCK_NS, LIST_INPUT, LIST_OUTPUT, PACED_SUFFIX, RELEASE,
-                                 REMEASURE_EVERY,
-                                 WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps, code_fingerprint,
-                                 cpu_contended, reference_step_ns, straggler_pace, training_step,
-                                 wake_penalty_ns)
+                                 REMEASURE_EVERY, WAKE_PENALTY, HostSpeedNormalizer, SteadyGaps,
+                                 code_fingerprint, cpu_contended, reference_step_ns,
+                                 straggler_pace, training_step, wake_penalty_ns)
 from phantom.engine.pace import PACE_FILE_ENV, read_pace, wait_for_pace
 from phantom.engine.pace import PERIOD_S as PACE_PERIOD_S
 from phantom.hardware import GPUSpec

@@ -7,10 +7,11 @@ hundred milliseconds, and between states that last minutes. Measured time is sca
 fastest this machine has been seen to run (remembered across runs in phantom's cache
 directory), by its speed now:
 
-- under the launcher, the reference step's time in a pace process beside the ranks
-  (engine.pace), against the fastest this machine ran it at start-up;
-- elsewhere (or if that process fails), a ~0.5 ms pure-Python probe, re-run every few
-  thousand ops, against the fastest it ran, damped towards this machine's usual speed.
+- by default, a ~0.5 ms pure-Python probe, re-run every few thousand ops, against the fastest
+  it ran, damped towards this machine's usual speed;
+- with `phantom run --host-pace process`, the reference step's time in a pace process beside
+  the ranks (engine.pace), against the fastest this machine ran it at start-up (the probe
+  again if that process gives no reading).
 """
 from __future__ import annotations
 
