@@ -45,7 +45,10 @@ WINDOW = 4  # readings the published pace is the median of (one slow block is no
 STALE_S = 5.0  # an older reading is not this moment's speed (the process stalled or died)
 START_TIMEOUT_S = 20.0  # how long a rank waits for the first reading (importing torch)
 
-_WALL = time.time  # bound before the simulation patches time
+# Bound before the simulation patches time (interception/clock.py): a rank waits for readings
+# in real time, and its clock and sleep are the simulated host's.
+_WALL = time.time
+_SLEEP = time.sleep
 
 
 def time_reference_step(step, clock=time.process_time_ns) -> float:
@@ -67,8 +70,8 @@ def write_pace(path: Path, readings: list[float], now: float | None = None) -> N
     """Publish the median of the last WINDOW `readings`, atomically (ranks read at any time)."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     written = now if now is not None else _WALL()
-    tmp.write_text(json.dumps({"t": written, "step_ns": statistics.median(readings[-WINDOW:]),
-                               "readings": len(readings)}))
+    window = readings[-WINDOW:]
+    tmp.write_text(json.dumps({"t": written, "step_ns": statistics.median(window), "window": len(window)}))
     os.replace(tmp, path)
 
 
@@ -98,7 +101,7 @@ def wait_for_pace(path: str | os.PathLike, timeout_s: float = START_TIMEOUT_S,
         reading = read_pace(path, newer_than=newer_than)
         if reading is not None or _WALL() >= start + timeout_s or _failed(path):
             return reading
-        time.sleep(0.01)
+        _SLEEP(0.01)
 
 
 def _failed(path: str | os.PathLike) -> bool:
