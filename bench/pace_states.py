@@ -50,8 +50,8 @@ def run_once(config, nproc: int, gpu: str, arm: str, tmp: str) -> dict:
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| arm | state | runs | step ms, each | median | start-up ref step / best | probe | pace |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| arm | state | runs | step ms (min-max) | median | sd | start-up ref step / best | probe | pace |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for arm in ARMS:
         for state in ("fast", "slow"):
             runs = [r for r in rows if r["arm"] == arm and "error" not in r
@@ -61,8 +61,9 @@ def table(rows: list[dict]) -> list[str]:
             steps = [r["step_ms"] for r in runs]
             paces = [r["pace_mean_slowdown"] for r in runs if r["pace_mean_slowdown"]]
             pace = f"{min(paces):.2f}-{max(paces):.2f}" if paces else "-"
-            lines.append(f"| {arm} | {state} | {len(runs)} | {', '.join(f'{s:.0f}' for s in steps)} | "
-                         f"{statistics.median(steps):.1f} | "
+            sd = statistics.stdev(steps) if len(steps) > 1 else 0.0
+            lines.append(f"| {arm} | {state} | {len(runs)} | {min(steps):.0f}-{max(steps):.0f} | "
+                         f"{statistics.median(steps):.1f} | {sd:.1f} | "
                          f"{min(r['start_ref_slowdown'] for r in runs):.2f}-{max(r['start_ref_slowdown'] for r in runs):.2f} | "
                          f"{min(r['probe_mean_slowdown'] for r in runs):.2f}-{max(r['probe_mean_slowdown'] for r in runs):.2f} | {pace} |")
     failed = [r for r in rows if "error" in r]
