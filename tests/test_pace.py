@@ -139,6 +139,8 @@ def test_a_run_with_the_pace_process_converts_by_its_readings(run_script):
     assert "trained" in proc.stdout
     variation = report["simulation"]["host_speed_variation"]
     assert variation["pace_samples"] >= 1 and variation["pace_mean_slowdown"] > 0.5
+    assert "speed read by the pace process" in proc.stderr  # the summary's host line says so
     proc, report = run_script(text, "--gpu", "H200")  # the default: the probe alone
     assert proc.returncode == 0, proc.stderr
     assert report["simulation"]["host_speed_variation"]["pace_samples"] == 0
+    assert "pace process" not in proc.stderr

@@ -182,7 +182,8 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
         f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
         f"as the simulated node's host at its typical speed ({sim['host_speed_source']})"
-        + (f"; host time x{sim['rank_pace']:.3f}, the slowest rank's pace" if sim.get("rank_pace", 1.0) > 1.0 else ""),
+        + (f"; host time x{sim['rank_pace']:.3f}, the slowest rank's pace" if sim.get("rank_pace", 1.0) > 1.0 else "")
+        + _pace_note(sim),
     ]
     reads = _data_read_line(sim)
     if reads:
@@ -191,6 +192,16 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
     if caution:
         lines.append(caution)
     print("\n".join(lines), file=file, flush=True)
+
+
+def _pace_note(sim: dict[str, Any]) -> str:
+    """With --host-pace process: how slow the pace process saw this machine run PyTorch's host
+    path, which the conversion took out."""
+    variation = sim.get("host_speed_variation") or {}
+    if not variation.get("pace_samples"):
+        return ""
+    return (f"; this machine's speed read by the pace process (PyTorch's host path at "
+            f"{variation['pace_mean_slowdown']:.2f}x its best time here, on average)")
 
 
 def _data_read_line(sim: dict[str, Any]) -> str | None:
