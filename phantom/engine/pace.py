@@ -56,14 +56,10 @@ def time_reference_step(step, clock=time.process_time_ns) -> float:
 
     CPU time, like the ranks' host clock (engine.host.HOST_CLOCK_NS): time this process
     spends waiting for a core is not this machine's speed on the code."""
+    from phantom.engine.host import time_steps
+
     step()
-    best = float("inf")
-    for _ in range(ROUNDS):
-        t0 = clock()
-        for _ in range(STEPS):
-            step()
-        best = min(best, (clock() - t0) / STEPS)
-    return best
+    return time_steps(step, repeats=ROUNDS, steps=STEPS, clock=clock)
 
 
 def write_pace(path: Path, readings: list[float], now: float | None = None) -> None:
