@@ -5,6 +5,7 @@ ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
     python bench/deepspeed.py real --out bench/data/deepspeed_real_h200x2.json      # on the 2-GPU machine
     python bench/deepspeed.py sim --gpu H200 --real bench/data/deepspeed_real_h200x2.json \\
         --out bench/data/deepspeed_sim_h200x2
+    python bench/deepspeed.py sim --gpu H200 --repeat 3 --real r1.json r2.json --out OUT   # pooled samples
     python bench/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
 
 `real` first builds DeepSpeed's FusedAdam CUDA extension (JIT, nvcc) once, then runs each config
@@ -15,6 +16,10 @@ fails, every config runs with DeepSpeed's `torch_adam` (torch.optim.AdamW, fused
 and the JSON says so; `sim` then uses the same optimizer. It also times one optimizer step of
 DeepSpeed's FusedAdam and of torch's fused AdamW on the same flat fp32 partition
 (`bench/kernels/deepspeed_adam.py`), which is how phantom prices FusedAdam.
+
+The `pp*` rows run examples/deepspeed/train_pipe.py (the pipeline engine, ZeRO-1) instead: `pp2-1b`
+on two stages; `pp1-*` on one stage, the engine's schedule and host path on one GPU
+(`real --nproc 1`).
 
 `sim` runs the same configs under `phantom run --nproc-per-node N --gpu H200` (N: the real file's) and writes
 `<out>.md` (the table of bench/README.md) and `<out>.json`.
@@ -42,6 +47,7 @@ from collectives import environment, phantom_cmd, run_streaming, torchrun_cmd, w
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = "examples/deepspeed/train.py"
+PIPE_SCRIPT = "examples/deepspeed/train_pipe.py"
 CONFIGS = REPO / "examples" / "deepspeed"
 SUMMARY_RE = re.compile(r"^summary: (.*)$", re.M)
 HEADER_RE = re.compile(r"^device: (.*)$", re.M)
@@ -58,13 +64,18 @@ class Config:
     ac: bool = False
     steps: int = 8
     warmup: int = 3
+    stages: int = 0  # > 0: the pipeline engine (train_pipe.py) with this many stages
 
     def args(self, config_path: str) -> list[str]:
-        out = [SCRIPT, "--deepspeed_config", config_path, "--model", self.model,
-               "--seq-len", str(self.seq_len), "--micro-batch", str(self.micro_batch),
-               "--grad-accum", str(self.grad_accum), "--steps", str(self.steps),
-               "--warmup", str(self.warmup)]
-        return out + (["--ac"] if self.ac else [])
+        common = ["--deepspeed_config", config_path, "--model", self.model, "--seq-len", str(self.seq_len),
+                  "--steps", str(self.steps), "--warmup", str(self.warmup)] + (["--ac"] if self.ac else [])
+        if self.stages:  # micro-batch and micro-batches are the JSON's (ds_config)
+            return [PIPE_SCRIPT, "--stages", str(self.stages)] + common
+        return [SCRIPT, "--micro-batch", str(self.micro_batch), "--grad-accum", str(self.grad_accum)] + common
+
+    @property
+    def gpus_needed(self) -> int:
+        return max(self.stages, 1)
 
 
 CONFIGS_2GPU = [  # in the order the real run takes them (most wanted first)
@@ -79,16 +90,30 @@ CONFIGS_2GPU = [  # in the order the real run takes them (most wanted first)
     # 1.86x for z3-1b. ZeRO-2 at the same shape for comparison.
     Config("z3-1b-s4k", 3, "llama-1b", 4096, 6),
     Config("z2-1b-s4k", 2, "llama-1b", 4096, 6),
+    # The pipeline engine (deepspeed.pipe, ZeRO-1, its 1F1B TrainSchedule over the micro-batches).
+    # pp2: two stages, the real comparison waits for a 2-GPU machine. pp1: ONE stage on one GPU,
+    # the same engine, schedule interpreter and per-micro-batch host path with no stage-to-stage
+    # sends, which a 1-GPU machine can check.
+    Config("pp2-1b", 1, "llama-1b", 2048, 2, grad_accum=8, stages=2),
+    Config("pp1-1b", 1, "llama-1b", 2048, 2, grad_accum=4, stages=1),
+    Config("pp1-1b-m1", 1, "llama-1b", 2048, 1, grad_accum=8, stages=1),
+    Config("pp1-3b-ac", 1, "llama-3b", 2048, 2, grad_accum=4, ac=True, stages=1),
 ]
 
 
-def ds_config(zero: int, optimizer: str, out_dir: str) -> str:
-    """The example's JSON for this ZeRO stage; with optimizer 'torch_fused', DeepSpeed's
-    `torch_adam` switch (torch.optim.AdamW, here with fused=True) instead of FusedAdam."""
-    config = json.loads((CONFIGS / f"zero{zero}.json").read_text())
+def ds_config(c: Config, optimizer: str, out_dir: str) -> str:
+    """The example's JSON for this config (zero{1,2,3}.json, or pipe.json with the config's
+    micro-batch and micro-batches); with optimizer 'torch_fused', DeepSpeed's `torch_adam`
+    switch (torch.optim.AdamW, here with fused=True) instead of FusedAdam."""
+    if c.stages:
+        config = json.loads((CONFIGS / "pipe.json").read_text())
+        config.update(train_micro_batch_size_per_gpu=c.micro_batch, gradient_accumulation_steps=c.grad_accum)
+        config.pop("train_batch_size", None)
+    else:
+        config = json.loads((CONFIGS / f"zero{c.zero}.json").read_text())
     if optimizer == "torch_fused":
         config["optimizer"]["params"].update(torch_adam=True, fused=True)
-    path = Path(out_dir) / f"zero{zero}_{optimizer}.json"
+    path = Path(out_dir) / f"{c.name}_{optimizer}.json"
     path.write_text(json.dumps(config, indent=2))
     return str(path)
 
@@ -111,7 +136,7 @@ def run_configs(launcher: list[str], configs: list[Config], optimizer: str, time
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for c in configs:
-            r = run_streaming(launcher + c.args(ds_config(c.zero, optimizer, tmp)), timeout,
+            r = run_streaming(launcher + c.args(ds_config(c, optimizer, tmp)), timeout,
                               log_path=log_path)
             row = {"config": asdict(c), "wall_s": r["wall_s"], "optimizer": optimizer}
             summary = parse_summary(r["output"])
@@ -148,8 +173,8 @@ def deepspeed_arch_list() -> None:
 def cmd_real(args: argparse.Namespace) -> None:
     deepspeed_arch_list()
     meta = environment()
-    meta["script"] = SCRIPT
-    configs = select(args.configs)
+    meta["script"] = SCRIPT  # PIPE_SCRIPT for the rows with stages
+    configs = select(args.configs, args.nproc)
     optimizer = args.optimizer
     if optimizer == "fused_adam":
         build = build_fused_adam(args.build_timeout, args.log)
@@ -169,52 +194,81 @@ def cmd_real(args: argparse.Namespace) -> None:
     write_json(args.out, {"meta": meta, "results": rows})
 
 
-def select(names: str | None) -> list[Config]:
+def select(names: str | None, nproc: int = 2) -> list[Config]:
+    """The named configs (default: every one that fits on `nproc` GPUs, except the one-stage
+    pipeline rows on 2 GPUs, where the two-stage row is the comparison)."""
     if not names:
-        return CONFIGS_2GPU
+        return [c for c in CONFIGS_2GPU if c.gpus_needed <= nproc and (nproc == 1 or c.stages != 1)]
     wanted = names.split(",")
     unknown = set(wanted) - {c.name for c in CONFIGS_2GPU}
     if unknown:
         raise SystemExit(f"unknown config(s) {sorted(unknown)}; see `python bench/deepspeed.py list`")
-    return [c for c in CONFIGS_2GPU if c.name in wanted]
+    chosen = [c for c in CONFIGS_2GPU if c.name in wanted]
+    too_big = [c.name for c in chosen if c.gpus_needed > nproc]
+    if too_big:
+        raise SystemExit(f"config(s) {too_big} need more than {nproc} GPU(s) (pipeline stages)")
+    return chosen
 
 
 def err(sim: float, real: float) -> float:
     return (sim - real) / real * 100
 
 
+def real_samples(paths: list[str]) -> tuple[dict, dict[str, list[dict]]]:
+    """The real files' meta (the first's) and every successful row per config name."""
+    metas, rows = [], {}
+    for path in paths:
+        real = json.loads(Path(path).read_text())
+        metas.append(real["meta"])
+        for r in real["results"]:
+            if "error" not in r:
+                rows.setdefault(r["config"]["name"], []).append(r)
+    nprocs = {m.get("nproc", 2) for m in metas}  # files from before --nproc were all 2-GPU runs
+    optimizers = {m.get("optimizer", "fused_adam") for m in metas}
+    if len(nprocs) > 1 or len(optimizers) > 1:
+        raise SystemExit(f"the real files mix GPU counts {sorted(nprocs)} or optimizers {sorted(optimizers)}")
+    return metas[0], rows
+
+
 def cmd_sim(args: argparse.Namespace) -> None:
-    real = json.loads(Path(args.real).read_text())
-    real_rows = {r["config"]["name"]: r for r in real["results"]}
-    optimizer = real["meta"].get("optimizer", "fused_adam")
-    nproc = real["meta"].get("nproc", 2)  # files from before --nproc were all 2-GPU runs
-    configs = [c for c in select(args.configs) if c.name in real_rows]
+    meta, real_rows = real_samples(args.real)
+    optimizer, nproc = meta.get("optimizer", "fused_adam"), meta.get("nproc", 2)
+    configs = [c for c in select(args.configs, nproc) if c.name in real_rows]
     launcher = phantom_cmd(args.phantom) + ["run", "--quiet", "--nproc-per-node", str(nproc), "--gpu", args.gpu, "--"]
-    rows = run_configs(launcher, configs, optimizer, args.timeout, None)
-    lines = [f"Real: {real['meta'].get('device')}, torch {real['meta'].get('torch')}, "
-             f"{real['meta'].get('date', '')[:10]}; optimizer {optimizer}. Simulated: `phantom run "
-             f"--nproc-per-node {nproc} --gpu {args.gpu}`.", "",
-             "| config | ZeRO | model | micro x accum x seq | real ms | sim ms | err % | "
-             "real peak GiB | sim peak GiB | err % |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    t_err, m_err = [], []
-    for row in rows:
-        c = Config(**row["config"])
-        r = real_rows[c.name]
-        shape = f"{c.micro_batch} x {c.grad_accum} x {c.seq_len}" + (" ac" if c.ac else "")
-        if "error" in row or "error" in r:
-            lines.append(f"| {c.name} | {c.zero} | {c.model} | {shape} | "
-                         f"{r.get('median_iter_ms', 'failed')} | failed: {row.get('error', '')[:60]} | | | | |")
+    runs: dict[str, list[dict]] = {}
+    for _ in range(args.repeat):  # rounds: each config once a round, so a slow spell hits all
+        for row in run_configs(launcher, configs, optimizer, args.timeout, None):
+            runs.setdefault(row["config"]["name"], []).append(row)
+    lines = [f"Real: {meta.get('device')}, torch {meta.get('torch')}, {meta.get('date', '')[:10]}, "
+             f"{len(args.real)} file(s); optimizer {optimizer}. Simulated: `phantom run --nproc-per-node "
+             f"{nproc} --gpu {args.gpu}`, {args.repeat} run(s) of each. Medians of the samples.", "",
+             "| config | ZeRO | model | micro x accum x seq | real ms (each) | real median | phantom ms (each) | "
+             "phantom median | err % | real peak GiB | phantom peak GiB | err % |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    t_err, m_err, results = [], [], []
+    for c in configs:
+        real, sim = real_rows[c.name], [r for r in runs.get(c.name, []) if "error" not in r]
+        shape = f"{c.micro_batch} x {c.grad_accum} x {c.seq_len}" + (" ac" if c.ac else "") + \
+            (f", {c.stages} pipeline stage(s)" if c.stages else "")
+        real_ms = [r["median_iter_ms"] for r in real]
+        if not sim:
+            error = next((r.get("error", "") for r in runs.get(c.name, [])), "not run")
+            lines.append(f"| {c.name} | {c.zero} | {c.model} | {shape} | {', '.join(f'{x:.1f}' for x in real_ms)} | "
+                         f"{statistics.median(real_ms):.1f} | failed: {error[:60]} | | | | | |")
+            results.append({"config": asdict(c), "real_ms": real_ms, "error": error})
             continue
-        te = err(row["median_iter_ms"], r["median_iter_ms"])
-        me = err(row["max_peak_alloc_gib"], r["max_peak_alloc_gib"])
+        sim_ms = [r["median_iter_ms"] for r in sim]
+        real_med, sim_med = statistics.median(real_ms), statistics.median(sim_ms)
+        real_peak = max(r["max_peak_alloc_gib"] for r in real)
+        sim_peak = max(r["max_peak_alloc_gib"] for r in sim)
+        te, me = err(sim_med, real_med), err(sim_peak, real_peak)
         t_err.append(abs(te))
         m_err.append(abs(me))
-        row.update(real_ms=r["median_iter_ms"], time_err_pct=round(te, 2),
-                   real_peak_gib=r["max_peak_alloc_gib"], mem_err_pct=round(me, 2))
-        lines.append(f"| {c.name} | {c.zero} | {c.model} | {shape} | {r['median_iter_ms']:.1f} | "
-                     f"{row['median_iter_ms']:.1f} | {te:+.1f} | {r['max_peak_alloc_gib']:.2f} | "
-                     f"{row['max_peak_alloc_gib']:.2f} | {me:+.1f} |")
+        results.append({"config": asdict(c), "real_ms": real_ms, "phantom_ms": sim_ms, "time_err_pct": round(te, 2),
+                        "real_peak_gib": real_peak, "phantom_peak_gib": sim_peak, "mem_err_pct": round(me, 2)})
+        lines.append(f"| {c.name} | {c.zero} | {c.model} | {shape} | {', '.join(f'{x:.1f}' for x in real_ms)} | "
+                     f"{real_med:.1f} | {', '.join(f'{x:.1f}' for x in sim_ms)} | {sim_med:.1f} | {te:+.1f} | "
+                     f"{real_peak:.2f} | {sim_peak:.2f} | {me:+.1f} |")
     if t_err:
         lines += ["", f"Iteration time |error| mean {statistics.mean(t_err):.1f}%, max {max(t_err):.1f}%; "
                       f"peak memory (max over ranks) |error| mean {statistics.mean(m_err):.1f}%, "
@@ -222,7 +276,8 @@ def cmd_sim(args: argparse.Namespace) -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     Path(args.out + ".md").write_text(text)
-    write_json(args.out + ".json", {"real": args.real, "gpu": args.gpu, "results": rows})
+    write_json(args.out + ".json", {"real": args.real, "gpu": args.gpu, "repeat": args.repeat,
+                                    "results": results, "runs": runs})
 
 
 def cmd_scale(args: argparse.Namespace) -> None:
@@ -232,9 +287,10 @@ def cmd_scale(args: argparse.Namespace) -> None:
     shape = ["--seq-len", str(args.seq_len)] + (["--ac"] if args.ac else [])
     results: dict = {"layout": f"16 x H100 (2 nodes of h100-ib), seq {args.seq_len}, {args.micro_batch} "
                                f"sequence(s) per rank, activation checkpointing {args.ac}"}
+    zero3_8b = Config("scale", 3, "llama3-8b", args.seq_len, args.micro_batch)
     with tempfile.TemporaryDirectory() as tmp:
         runs = {
-            "deepspeed_zero3": [SCRIPT, "--deepspeed_config", ds_config(3, "fused_adam", tmp), "--model",
+            "deepspeed_zero3": [SCRIPT, "--deepspeed_config", ds_config(zero3_8b, "fused_adam", tmp), "--model",
                                 "llama3-8b", "--micro-batch", str(args.micro_batch)],
             "fsdp2": ["examples/llama_train.py", "--preset", "llama3-8b", "--local-batch-size",
                       str(args.micro_batch)],
@@ -279,7 +335,9 @@ def main() -> None:
     p.add_argument("--build-timeout", type=float, default=240)
     p.add_argument("--log")
     p = sub.add_parser("sim")
-    p.add_argument("--real", required=True)
+    p.add_argument("--real", required=True, nargs="+",
+                   help="real result file(s) of `real`: several are pooled, each config's median over them")
+    p.add_argument("--repeat", type=int, default=1, help="phantom runs of each config (rounds)")
     p.add_argument("--out", required=True)
     p.add_argument("--gpu", default="H200")
     p.add_argument("--configs")

@@ -113,7 +113,7 @@ def simulate(config, nproc: int, host_speed: float | None, phantom: list[str], t
         cmd = phantom + ["run", "--quiet", "--nproc-per-node", str(nproc), "--gpu", "H200",
                          "--report", str(report)]
         cmd += ["--host-speed", f"{host_speed:.4f}"] if host_speed else []
-        r = run_streaming(cmd + ["--"] + config.args(ds_config(config.zero, "fused_adam", tmp)), timeout)
+        r = run_streaming(cmd + ["--"] + config.args(ds_config(config, "fused_adam", tmp)), timeout)
         summary = parse_summary(r["output"])
         if summary is None:
             return {"error": r.get("error") or "no summary line"}

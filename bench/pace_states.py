@@ -33,7 +33,7 @@ ARMS = {"pace": ["--host-pace", "process"], "probe": ["--host-pace", "probe"]}
 def run_once(config, nproc: int, gpu: str, arm: str, tmp: str) -> dict:
     report = Path(tmp) / "report.json"
     cmd = [sys.executable, "-m", "phantom.cli", "run", "--quiet", "--report", str(report), *ARMS[arm],
-           "--nproc-per-node", str(nproc), "--gpu", gpu, "--", *config.args(ds_config(config.zero, "fused_adam", tmp))]
+           "--nproc-per-node", str(nproc), "--gpu", gpu, "--", *config.args(ds_config(config, "fused_adam", tmp))]
     started = time.time()
     proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     row = {"arm": arm, "config": config.name, "nproc": nproc, "started": started, "wall_s": time.time() - started}

@@ -93,6 +93,26 @@ def test_pipeline_engine_two_stages(tmp_path):
     assert data["distributed"]["world_size"] == 2 and data["distributed"]["collectives"]
 
 
+def test_pipeline_engine_one_stage_recomputes_with_ac(tmp_path):
+    """deepspeed.pipe on one stage and one rank (the layout `bench/deepspeed.py` checks against
+    a real GPU), with and without activation checkpointing: both complete, and recomputing the
+    decoder layers adds GPU work. (Checkpointing the embedding too
+    made DeepSpeed's backward assert, on a real GPU as under phantom: the example checkpoints
+    the decoder layers only.) GPU time, not the step: this tiny model's step is host-bound."""
+    compute_ms = {}
+    for ac in (False, True):
+        run_dir = tmp_path / f"ac_{ac}"  # a run directory: its report has the per-iteration breakdown
+        proc = run_phantom(["run", "--out", str(run_dir), "--nproc-per-node", "1", "--gpu", "H100",
+                            "examples/deepspeed/train_pipe.py", "--deepspeed_config", "examples/deepspeed/pipe.json",
+                            "--stages", "1", "--steps", "3", "--warmup", "1", "--seq-len", "1024",
+                            *(["--ac"] if ac else [])], cwd=REPO, timeout=300)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+        assert f"1 stages x dp 1 | micro 2 x 4 micro-batches x seq 1024 | ac {ac}" in proc.stdout
+        data = json.loads((run_dir / "report.json").read_text())
+        compute_ms[ac] = data["breakdown"]["iterations"][-1]["compute_ms"]
+    assert compute_ms[True] > 1.1 * compute_ms[False], compute_ms
+
+
 def phantom_iterations(stderr: str) -> int:
     m = re.search(r"iterations\s+(\d+)", stderr)
     return int(m.group(1)) if m else -1

@@ -95,7 +95,11 @@ def main() -> None:
     layers += [LayerSpec(HeadPipe, config)]
     model = PipelineModule(layers=layers, num_stages=args.stages, loss_fn=causal_lm_loss,
                            partition_method="parameters",
-                           activation_checkpoint_interval=1 if args.ac else 0)
+                           activation_checkpoint_interval=1 if args.ac else 0,
+                           # Only the decoder layers: checkpointing the embedding (its input, the
+                           # token ids, needs no grad) would leave the loss without a grad_fn, and
+                           # DeepSpeed's backward then asserts "loss must be a scalar tensor".
+                           checkpointable_layers=["DecoderLayerPipe"])
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=[p for p in model.parameters()],
                                            config=args.deepspeed_config)
 
