@@ -1,7 +1,8 @@
 """Does a host-bound simulated step depend on the simulating machine's state?
 
 Runs one DeepSpeed config of `deepspeed.py` again and again under `phantom run`, alternating
-`--host-pace process` (engine/pace.py) with `--host-pace probe` (the default),
+`--host-pace process` (engine/pace.py) with `--host-pace probe` (`auto`, the default, takes the
+process where the machine has a core for it),
 and appends each run (step time, the reference step's start-up time against its best, the
 probe's and the pace's mean slowdowns) to a JSONL file. The table sorts the runs by the
 machine's state when each started: the reference CPU step timed at start-up against this

@@ -67,11 +67,13 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="steady (default): from the second iteration on, the script's host time "
                         "between two ops is the mean of that point of the last few iterations; "
                         "measured: every gap as measured on this machine (README, host time policy)")
-    p.add_argument("--host-pace", choices=("probe", "process"), default="probe",
+    p.add_argument("--host-pace", choices=("auto", "probe", "process"), default="auto",
                    help="how this machine's speed now is read, to convert measured host time: "
-                        "probe (default): a pure-Python probe in each rank; process: the "
-                        "reference CPU step timed by a process beside the ranks, which also "
-                        "follows slow states of PyTorch's own code (README, host time policy)")
+                        "process: the reference CPU step timed by a process beside the ranks, "
+                        "which also follows slow states of PyTorch's own code; probe: a "
+                        "pure-Python probe in each rank; auto (default): the process where this "
+                        "machine has a CPU more than the run's rank processes, else the probe "
+                        "(README, host time policy)")
     p.add_argument("--rank-spread", type=float, default=None, metavar="SIGMA",
                    help="how far apart the ranks of a multi-GPU run go on the host (sigma of a "
                         "lognormal host time; default: the GPU preset's, measured on real "

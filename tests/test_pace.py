@@ -67,8 +67,27 @@ def test_the_launcher_names_the_pace_file_to_its_ranks_only_while_running(monkey
     with _pace_process(True):
         assert os.environ[pace.PACE_FILE_ENV] == str(started[0].path)
     assert pace.PACE_FILE_ENV not in os.environ and not started
-    with _pace_process(False):  # --host-pace probe, the default
+    with _pace_process(False):  # --host-pace probe
         assert pace.PACE_FILE_ENV not in os.environ and not started
+
+
+@pytest.mark.parametrize("cpus, run, expected", [
+    (2, dict(), "process"),  # one rank, a core left for the pace process
+    (1, dict(), "probe"),
+    (2, dict(distributed=True, nproc_per_node=2), "probe"),  # the ranks fill the cores
+    (4, dict(distributed=True, nproc_per_node=2), "process"),
+    (2, dict(distributed=True, nproc_per_node=8, nnodes=4, ranks="auto"), "process"),  # rank 0 starts
+    (2, dict(distributed=True, nproc_per_node=8, ranks="0,7"), "probe"),
+    (64, dict(distributed=True, nproc_per_node=2, executor="ray"), "probe"),  # ranks elsewhere
+    (1, dict(host_pace="process"), "process"),  # what the user asks for
+    (64, dict(host_pace="probe"), "probe"),
+])
+def test_auto_starts_the_pace_process_where_it_has_a_core_of_its_own(cpus, run, expected):
+    from phantom.launcher.config import RunConfig
+    from phantom.launcher.launch import pace_mode
+
+    assert RunConfig().host_pace == "auto"  # the default
+    assert pace_mode(RunConfig(**run), cpus=cpus) == expected
 
 
 def _speed(monkeypatch, readings, probe=100):
@@ -140,7 +159,7 @@ def test_a_run_with_the_pace_process_converts_by_its_readings(run_script):
     variation = report["simulation"]["host_speed_variation"]
     assert variation["pace_samples"] >= 1 and variation["pace_mean_slowdown"] > 0.5
     assert "speed read by the pace process" in proc.stderr  # the summary's host line says so
-    proc, report = run_script(text, "--gpu", "H200")  # the default: the probe alone
+    proc, report = run_script(text, "--host-pace", "probe", "--gpu", "H200")  # the probe alone
     assert proc.returncode == 0, proc.stderr
     assert report["simulation"]["host_speed_variation"]["pace_samples"] == 0
     assert "pace process" not in proc.stderr

@@ -7,11 +7,12 @@ hundred milliseconds, and between states that last minutes. Measured time is sca
 fastest this machine has been seen to run (remembered across runs in phantom's cache
 directory), by its speed now:
 
-- by default, a ~0.5 ms pure-Python probe, re-run every few thousand ops, against the fastest
-  it ran, damped towards this machine's usual speed;
-- with `phantom run --host-pace process`, the reference step's time in a pace process beside
-  the ranks (engine.pace), against the fastest this machine ran it at start-up (the probe
-  again if that process gives no reading).
+- where the launcher starts a pace process beside the ranks (`phantom run --host-pace process`,
+  and by default where the machine has a core for it: launcher.launch.pace_mode), the reference
+  step's time in that process (engine.pace), against the fastest this machine ran it at
+  start-up;
+- otherwise (or if that process gives no reading), a ~0.5 ms pure-Python probe, re-run every
+  few thousand ops, against the fastest it ran, damped towards this machine's usual speed.
 """
 from __future__ import annotations
 

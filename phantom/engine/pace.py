@@ -16,7 +16,8 @@ PyTorch's Python and C++ host path.
   ZeRO-3 run (whose Init context wraps `torch.nn.functional.linear`) ~1.4x in the fast state and
   ~1.1x in the slow one.
 
-So with `phantom run --host-pace process` the reference step (engine.host.training_step: the
+So with `phantom run --host-pace process` (and by default, `auto`, where the machine has a core
+for it beside the ranks: launcher.launch.pace_mode) the reference step (engine.host.training_step: the
 step the GPU presets' `host_step_ns` were timed with) is timed in a process of its own, started
 by the launcher for the whole run: every PERIOD_S it times ROUNDS blocks of STEPS steps and
 keeps the fastest, as the start-up calibration times it (engine.host.reference_step_ns), so a

@@ -21,7 +21,9 @@ class RunConfig:
     nproc_per_node: int = 1
     host_speed: float | None = None  # None: measured (SimOptions.host_speed)
     host_gaps: str = "steady"  # --host-gaps (SimOptions.host_gaps)
-    host_pace: str = "probe"  # --host-pace: "process" starts engine/pace.py's process (launch.py)
+    # --host-pace: "process" starts engine/pace.py's process, "probe" does not, "auto" decides
+    # by the machine's cores (launch.pace_mode)
+    host_pace: str = "auto"
     rank_spread: float | None = None  # --rank-spread (SimOptions.rank_spread); None: the GPU's
     transformer_engine: str = "off"  # --transformer-engine: "simulated" or "off" (adapters)
     # Distributed runs (torchrun semantics): set when --nnodes/--nproc-per-node are given.

@@ -39,7 +39,7 @@ def launch(config: RunConfig) -> int:
     prepare_run(config)  # --out / --trace: where the ranks write their parts
     network: list = []
     code = 1
-    with _pace_process(config.host_pace == "process"):
+    with _pace_process(pace_mode(config) == "process"):
         try:
             code = _launch_one(config) if not config.distributed else \
                 _launch_ranks(config, on_network=network.append)
@@ -47,6 +47,32 @@ def launch(config: RunConfig) -> int:
             if config.parts_dir is not None:
                 finish_run(config, code, network[0].link_usage if network else None)
     return code
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask where the platform has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def pace_mode(config: RunConfig, cpus: int | None = None) -> str:
+    """How this run reads the machine's speed (--host-pace): "process" or "probe".
+
+    `auto` starts the pace process where it has a core to itself, that is where this machine has
+    more usable CPUs than the run starts rank processes on it. Where the ranks fill the cores, the
+    pace process's timing would take their contention for a slower machine: on the 2-vCPU
+    development VM, with 2 ranks, it put Megatron's TP2 + SP row 9% under the probe's (bench/
+    README.md, DeepSpeed, Session 44). One rank there, it held a host-bound step steady through
+    a slow state that put the probe's 12% higher (Session 45). Ray ranks on other machines cannot
+    read its file: the probe."""
+    if config.host_pace != "auto":
+        return config.host_pace
+    if config.executor == "ray":
+        return "probe"
+    processes = len(config.initial_ranks()) if config.distributed else 1
+    return "process" if (usable_cpus() if cpus is None else cpus) > processes else "probe"
 
 
 @contextlib.contextmanager

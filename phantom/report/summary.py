@@ -195,8 +195,8 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
 
 
 def _pace_note(sim: dict[str, Any]) -> str:
-    """With --host-pace process: how slow the pace process saw this machine run PyTorch's host
-    path, which the conversion took out."""
+    """Where the pace process read the speed (--host-pace process, or auto with a core for it):
+    how slow it saw this machine run PyTorch's host path, which the conversion took out."""
     variation = sim.get("host_speed_variation") or {}
     if not variation.get("pace_samples"):
         return ""
