@@ -17,6 +17,8 @@ class UsageError(Exception):
 
 # Above this many ranks, `phantom run` runs one process per class of equivalent ranks.
 AUTO_RANKS_ABOVE = 8
+HOST_PACES = ("auto", "probe", "process")  # --host-pace (launcher.launch.pace_mode)
+HOST_PACE_ENV = "PHANTOM_HOST_PACE"  # its default where the option is not given
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -67,13 +69,13 @@ def _run_parser() -> argparse.ArgumentParser:
                    help="steady (default): from the second iteration on, the script's host time "
                         "between two ops is the mean of that point of the last few iterations; "
                         "measured: every gap as measured on this machine (README, host time policy)")
-    p.add_argument("--host-pace", choices=("auto", "probe", "process"), default="auto",
+    p.add_argument("--host-pace", choices=HOST_PACES, default=None,
                    help="how this machine's speed now is read, to convert measured host time: "
                         "process: the reference CPU step timed by a process beside the ranks, "
                         "which also follows slow states of PyTorch's own code; probe: a "
                         "pure-Python probe in each rank; auto (default): the process where this "
                         "machine has a CPU more than the run's rank processes, else the probe "
-                        "(README, host time policy)")
+                        f"(README, host time policy); the default can be set with {HOST_PACE_ENV}")
     p.add_argument("--rank-spread", type=float, default=None, metavar="SIGMA",
                    help="how far apart the ranks of a multi-GPU run go on the host (sigma of a "
                         "lognormal host time; default: the GPU preset's, measured on real "
@@ -164,10 +166,13 @@ def parse_run_args(argv: list[str]) -> RunConfig:
         raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
     if args.rank_spread is not None and not (math.isfinite(args.rank_spread) and 0 <= args.rank_spread <= 1):
         raise UsageError(f"--rank-spread must be a number from 0 to 1, got {args.rank_spread:g}")
+    host_pace = args.host_pace or os.environ.get(HOST_PACE_ENV) or "auto"
+    if host_pace not in HOST_PACES:
+        raise UsageError(f"{HOST_PACE_ENV} must be one of {', '.join(HOST_PACES)}, got {host_pace!r}")
     config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, power_limit_w=args.power_limit,
                        report_path=args.report,
                        quiet=args.quiet, on_data_read=args.on_data_read,
-                       host_speed=args.host_speed, host_gaps=args.host_gaps, host_pace=args.host_pace,
+                       host_speed=args.host_speed, host_gaps=args.host_gaps, host_pace=host_pace,
                        rank_spread=args.rank_spread,
                        transformer_engine=args.transformer_engine,
                        tee=args.tee, log_dir=args.log_dir,

@@ -163,3 +163,24 @@ def test_a_run_with_the_pace_process_converts_by_its_readings(run_script):
     assert proc.returncode == 0, proc.stderr
     assert report["simulation"]["host_speed_variation"]["pace_samples"] == 0
     assert "pace process" not in proc.stderr
+
+
+def test_the_default_is_auto_unless_the_environment_names_one(script, tmp_path):
+    from conftest import run_phantom
+    from phantom.launcher.launch import usable_cpus
+
+    path = script("""
+        import torch
+        x = torch.randn(64, 64, device="cuda")
+        for _ in range(3):
+            y = (x @ x).sum()
+        torch.cuda.synchronize()
+    """)
+    report = tmp_path / "report.json"
+    proc = run_phantom(["run", "--report", str(report), str(path)], cwd=tmp_path, env={"PHANTOM_HOST_PACE": ""})
+    assert proc.returncode == 0, proc.stderr
+    paced = json.loads(report.read_text())["simulation"]["host_speed_variation"]["pace_samples"] > 0
+    assert paced == (usable_cpus() > 1)  # auto: the pace process where one rank leaves a core
+    proc = run_phantom(["run", str(path)], cwd=tmp_path, env={"PHANTOM_HOST_PACE": "fast"})
+    assert proc.returncode != 0
+    assert "PHANTOM_HOST_PACE must be one of auto, probe, process, got 'fast'" in proc.stderr
