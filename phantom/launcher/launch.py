@@ -65,8 +65,8 @@ def pace_mode(config: RunConfig, cpus: int | None = None) -> str:
     pace process's timing would take their contention for a slower machine: on the 2-vCPU
     development VM, with 2 ranks, it put Megatron's TP2 + SP row 9% under the probe's (bench/
     README.md, DeepSpeed, Session 44). One rank there, it held a host-bound step steady through
-    a slow state that put the probe's 12% higher (Session 45). Ray ranks on other machines cannot
-    read its file: the probe."""
+    a slow state that put the probe's up to 25% higher (Session 45). Ray ranks on other machines
+    cannot read its file: the probe."""
     if config.host_pace != "auto":
         return config.host_pace
     if config.executor == "ray":
