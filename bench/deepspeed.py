@@ -7,6 +7,7 @@ ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
         --out bench/data/deepspeed_sim_h200x2
     python bench/deepspeed.py sim --gpu H200 --repeat 3 --real r1.json r2.json --out OUT   # pooled samples
     python bench/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
+    python bench/deepspeed.py args z2-1b-lion --dir /tmp/x   # one config's script and arguments
 
 `real` first builds DeepSpeed's FusedAdam CUDA extension (JIT, nvcc) once, then runs each config
 with `torchrun --nproc-per-node 2` (`--nproc 1`: one GPU, the same ZeRO code path with one
@@ -65,6 +66,7 @@ class Config:
     steps: int = 8
     warmup: int = 3
     stages: int = 0  # > 0: the pipeline engine (train_pipe.py) with this many stages
+    optimizer: str = "adamw"  # a key of OPTIMIZERS: the JSON's optimizer (and precision) for this row
 
     def args(self, config_path: str) -> list[str]:
         common = ["--deepspeed_config", config_path, "--model", self.model, "--seq-len", str(self.seq_len),
@@ -98,7 +100,22 @@ CONFIGS_2GPU = [  # in the order the real run takes them (most wanted first)
     Config("pp1-1b", 1, "llama-1b", 2048, 2, grad_accum=4, stages=1),
     Config("pp1-1b-m1", 1, "llama-1b", 2048, 1, grad_accum=8, stages=1),
     Config("pp1-3b-ac", 1, "llama-3b", 2048, 2, grad_accum=4, ac=True, stages=1),
+    # DeepSpeed's other fused optimizers: FusedLion under ZeRO-2 (bf16), and FusedLamb, which
+    # DeepSpeed runs only with fp16 and a dynamic loss scale, without ZeRO (FP16_UnfusedOptimizer's
+    # `fused_lamb_legacy` path: one `lamb` call of three kernels per parameter).
+    Config("z2-1b-lion", 2, "llama-1b", 2048, 4, optimizer="lion"),
+    Config("z0-1b-lamb", 0, "llama-1b", 2048, 4, optimizer="lamb"),
 ]
+
+# The DeepSpeed op builder that compiles each Config.optimizer's CUDA kernels, and the example
+# JSON that selects it (with its precision: FusedLamb needs fp16 and a dynamic loss scale; a
+# first scale of 2**12, not the default 2**16, which overflows a randomly initialised model's
+# fp16 gradients for several steps that skip the optimizer). "adamw": zero{1,2,3}.json.
+OPTIMIZERS = {
+    "adamw": {"builder": "FusedAdamBuilder"},
+    "lion": {"builder": "FusedLionBuilder", "json": "zero2_lion.json"},
+    "lamb": {"builder": "FusedLambBuilder", "json": "lamb_fp16.json"},
+}
 
 
 def ds_config(c: Config, optimizer: str, out_dir: str) -> str:
@@ -110,8 +127,11 @@ def ds_config(c: Config, optimizer: str, out_dir: str) -> str:
         config.update(train_micro_batch_size_per_gpu=c.micro_batch, gradient_accumulation_steps=c.grad_accum)
         config.pop("train_batch_size", None)
     else:
-        config = json.loads((CONFIGS / f"zero{c.zero}.json").read_text())
-    if optimizer == "torch_fused":
+        name = OPTIMIZERS[c.optimizer].get("json", f"zero{c.zero}.json")
+        config = json.loads((CONFIGS / name).read_text())
+        stage = config["zero_optimization"]["stage"]
+        assert stage == c.zero, f"{c.name}: {name} is ZeRO-{stage}, the row says ZeRO-{c.zero}"
+    if optimizer == "torch_fused" and c.optimizer == "adamw":
         config["optimizer"]["params"].update(torch_adam=True, fused=True)
     path = Path(out_dir) / f"{c.name}_{optimizer}.json"
     path.write_text(json.dumps(config, indent=2))
@@ -151,9 +171,11 @@ def run_configs(launcher: list[str], configs: list[Config], optimizer: str, time
     return rows
 
 
-def build_fused_adam(timeout: float, log_path: str | None) -> dict:
-    code = ("import time; t=time.time(); from deepspeed.ops.op_builder import FusedAdamBuilder; "
-            "FusedAdamBuilder().load(verbose=False); print(f'built fused_adam in {time.time()-t:.1f} s')")
+def build_op(builder: str, timeout: float, log_path: str | None) -> dict:
+    """JIT-build one DeepSpeed op (nvcc) before the runs that use it, so no run's time limit
+    pays for the build."""
+    code = (f"import time; t=time.time(); from deepspeed.ops.op_builder import {builder}; "
+            f"{builder}().load(verbose=False); print(f'built {builder} in {{time.time()-t:.1f}} s')")
     r = run_streaming([sys.executable, "-c", code], timeout, log_path=log_path)
     return {"ok": r["rc"] == 0 and not r.get("error"), "wall_s": r["wall_s"],
             "error": r.get("error"), "tail": r["output"][-2000:]}
@@ -177,11 +199,14 @@ def cmd_real(args: argparse.Namespace) -> None:
     configs = select(args.configs, args.nproc)
     optimizer = args.optimizer
     if optimizer == "fused_adam":
-        build = build_fused_adam(args.build_timeout, args.log)
+        build = build_op("FusedAdamBuilder", args.build_timeout, args.log)
         meta["fused_adam_build"] = build
         if not build["ok"]:
             print("FusedAdam JIT build failed: every config uses torch_adam (fused) instead", flush=True)
             optimizer = "torch_fused"
+    for other in sorted({c.optimizer for c in configs} - {"adamw"}):
+        builder = OPTIMIZERS[other]["builder"]
+        meta[f"{other}_build"] = build_op(builder, args.build_timeout, args.log)
     meta["optimizer"] = optimizer
     meta["nproc"] = args.nproc
     if optimizer == "fused_adam" and args.adam_kernels:  # one optimizer step, DeepSpeed's kernel against torch's
@@ -324,6 +349,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list")
+    p = sub.add_parser("args", help="print a config's script and arguments (its JSON written to --dir)")
+    p.add_argument("name")
+    p.add_argument("--dir", required=True)
+    p.add_argument("--optimizer", choices=["fused_adam", "torch_fused"], default="fused_adam")
     p = sub.add_parser("real")
     p.add_argument("--out", required=True)
     p.add_argument("--configs", help="comma-separated config names (default: all)")
@@ -354,6 +383,9 @@ def main() -> None:
     if args.cmd == "list":
         for c in CONFIGS_2GPU:
             print(c)
+    elif args.cmd == "args":  # for device scripts that run a config under another tool
+        c = select(args.name, nproc=max(c.gpus_needed for c in CONFIGS_2GPU))[0]
+        print(" ".join(c.args(ds_config(c, args.optimizer, args.dir))))
     else:
         {"real": cmd_real, "sim": cmd_sim, "scale": cmd_scale}[args.cmd](args)
 

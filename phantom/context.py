@@ -575,6 +575,19 @@ class Simulation:
             cost = dataclasses.replace(cost, gpu_ns=cost.gpu_ns + extra_ns)
         self._launch(name, cost, self._current_stream_id())
 
+    def launch_extension_kernel(self, name: str, nbytes: float, flops: float = 0.0,
+                                blocks: int | None = None) -> None:
+        """One kernel of a simulated CUDA extension (adapters/: DeepSpeed's FusedLion and
+        FusedLamb) that moves `nbytes`, on the current stream (interception.cuda_api
+        `extension_kernel`). A grid of fewer `blocks` than the GPU has SMs draws that share of
+        the bandwidth: each block runs on one SM (FusedLion's launch of 48 one-chunk tensors,
+        48 blocks, took 11.5 us for 15.7 MB on a lent H200, 1.4 TB/s; bench/README.md,
+        DeepSpeed, Session 46)."""
+        self._end_fused_kernel(None)
+        share = 1.0 if blocks is None else min(1.0, blocks / self.gpu.sm_count)
+        cost = self.cost_model.fused_pointwise(nbytes, flops, load_efficiency=share)
+        self._launch(name, cost, self._current_stream_id())
+
     def launch_sleep(self, cycles: int) -> None:
         """`torch.cuda._sleep(cycles)`: one kernel spinning on the SM clock for `cycles`
         cycles (benchmarks use it to queue work ahead of the host), at the GPU's boost clock."""

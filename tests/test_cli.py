@@ -188,3 +188,37 @@ def test_no_db_leaves_the_shipped_database_out(tmp_path):
     s.write_text("")
     assert parse_run_args([str(s)]).shipped_db
     assert not parse_run_args(["--no-db", str(s)]).shipped_db
+
+
+@pytest.mark.parametrize("logged", [False, True])
+def test_kill_of_phantom_ends_the_rank(tmp_path, logged):
+    """SIGTERM to `phantom run` (a scheduler's cancel, a CI timeout) ends the simulated rank too;
+    it used to go on simulating, orphaned."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    pid_file = tmp_path / "rank.pid"
+    script = tmp_path / "forever.py"
+    script.write_text(f"import os, torch\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                      "x = torch.ones(8, device='cuda')\nwhile True:\n    x = x + 1\n")
+    options = ["--log-dir", str(tmp_path / "logs")] if logged else []
+    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", "--host-pace", "probe", *options,
+                             str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+        time.sleep(0.2)
+    assert pid_file.exists(), "the rank never started"
+    rank = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    for _ in range(50):
+        try:
+            os.kill(rank, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    os.kill(rank, signal.SIGKILL)
+    raise AssertionError("the rank outlived phantom")

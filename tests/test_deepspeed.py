@@ -19,9 +19,9 @@ STEP = re.compile(r"^step (\d+) \| loss ([\d.]+) \| ([\d.]+) ms \| ([\d,]+) tok/
 SUMMARY = re.compile(r"^summary: (.*)$", re.M)
 
 
-def _train(tmp_path, config: str, *args: str, nproc: int = 2, gpu: str = "H100"):
+def _train(tmp_path, config: str, *args: str, nproc: int = 2, gpu: str = "H100", options: tuple = ()):
     report = tmp_path / "report.json"
-    proc = run_phantom(["run", "--report", str(report), "--nproc-per-node", str(nproc), "--gpu", gpu,
+    proc = run_phantom(["run", "--report", str(report), "--nproc-per-node", str(nproc), "--gpu", gpu, *options,
                         "examples/deepspeed/train.py", "--deepspeed_config",
                         f"examples/deepspeed/{config}", *args], cwd=REPO, timeout=300)
     steps = [dict(step=int(m[0]), loss=float(m[1]), ms=float(m[2]), tok_s=float(m[3].replace(",", "")),
@@ -72,6 +72,37 @@ def test_zero2_gradient_accumulation(tmp_path):
     # the overflow check reads a flag back from the GPU: it must see healthy gradients, or
     # ZeRO would skip every optimizer step
     assert "OVERFLOW" not in proc.stdout + proc.stderr
+
+
+def test_zero2_with_fused_lion(tmp_path):
+    """The JSON's `"type": "Lion"` builds DeepSpeed's FusedLion (a CUDA extension) under ZeRO-2:
+    each rank's step launches the simulated multi-tensor Lion kernel over its flat fp32
+    partition, one launch per 320 chunks of 65,536 elements."""
+    trace = tmp_path / "trace.json"
+    proc, steps, summary, _ = _train(tmp_path, "zero2_lion.json", "--steps", "3", "--warmup", "1",
+                                     options=("--trace", str(trace)))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "ZeRO-2" in proc.stdout and [s["step"] for s in steps] == [0, 1, 2]
+    assert "OVERFLOW" not in proc.stdout + proc.stderr
+    events = json.loads(trace.read_text())["traceEvents"]
+    launches = [e for e in events if e.get("name") == "multi_tensor_lion" and e.get("cat") == "launch"]
+    # 7.15M parameters, half on each rank: 3.6M elements, 55 chunks, one launch a step per rank
+    assert len(launches) == 2 * 3, len(launches)
+
+
+def test_fp16_fused_lamb(tmp_path):
+    """`"type": "Lamb"` with fp16 and a dynamic loss scale (DeepSpeed's only Lamb set-up): the
+    FP16_UnfusedOptimizer's fused-Lamb path runs the overflow check, the norms and the simulated
+    FusedLamb, three kernels per parameter; the steps are not skipped (the overflow check must
+    see healthy gradients)."""
+    proc, steps, summary, report = _train(tmp_path, "lamb_fp16.json", "--steps", "3", "--warmup", "1", nproc=1)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert "FP16_UnfusedOptimizer" in proc.stdout and [s["step"] for s in steps] == [0, 1, 2]
+    assert "OVERFLOW" not in proc.stdout + proc.stderr and "Grad overflow" not in proc.stdout + proc.stderr
+    calls = {o["op"]: o["calls"] for o in report["top_ops"]}
+    # 39 parameters; DeepSpeed's optimizer set-up steps FusedLamb once with zero gradients
+    # (FP16_UnfusedOptimizer.initialize_optimizer_states), then once a step
+    assert calls["lamb_cuda_kernel_part1"] == calls["lamb_cuda_kernel_part3"] == 39 * 4, calls
 
 
 def test_pipeline_engine_two_stages(tmp_path):
@@ -151,6 +182,83 @@ def test_fused_adam_is_timed_as_the_fused_kernel(run_script):
     assert any(o["op"].startswith("_fused_adamw_") for o in report["top_ops"])
 
 
+def _apex_launches(numels: list[int], chunk_size: int, depth: int) -> list[int]:
+    """Apex's multi_tensor_apply host loop as written, chunk by chunk (csrc/multi_tensor_apply.cuh,
+    copied into deepspeed/ops/csrc/lion): the elements of each launch."""
+    from phantom.adapters.multi_tensor import MAX_BLOCKS, MAX_TENSORS
+
+    launches, blocks, tensors, elements = [], 0, 0, 0
+    for t, n in enumerate(numels):
+        tensors += 1
+        chunks = -(-n // chunk_size)
+        for chunk in range(chunks):
+            blocks += 1
+            elements += min(chunk_size, n - chunk * chunk_size)
+            tensors_full = tensors == MAX_TENSORS[depth - 1] and chunk == chunks - 1
+            last_chunk = t == len(numels) - 1 and chunk == chunks - 1
+            if tensors_full or blocks == MAX_BLOCKS or last_chunk:
+                launches.append(elements)
+                blocks = elements = 0
+                tensors = 0 if chunk == chunks - 1 else 1
+    return launches
+
+
+@pytest.mark.parametrize("numels", [
+    [100_000_000], [16_384] * 2000, [4_000_000] * 200, [1024] * 512, [65_536 * 320, 1, 65_536 * 320 + 1],
+    [int(x) for x in __import__("numpy").random.default_rng(7).integers(1, 3_000_000, 300)],
+])
+def test_multi_tensor_apply_launches_follow_apex(numels):
+    from phantom.adapters.multi_tensor import launches
+
+    for depth in (3, 4):
+        made = launches(numels, 65_536, depth)
+        assert [elements for elements, _ in made] == _apex_launches(numels, 65_536, depth)
+        assert sum(elements for elements, _ in made) == sum(numels)
+        # a block per chunk
+        assert sum(blocks for _, blocks in made) == sum(-(-n // 65_536) for n in numels)
+
+
+def test_fused_lion_and_lamb_are_timed_by_their_bytes(run_script):
+    """FusedLion and FusedLamb (nvcc-built extensions) run under simulation as the kernels they
+    launch: Lion's update moves 20 bytes an fp32 element (reads g, p, m; writes p, m) in one
+    launch per multi_tensor_apply batch, Lamb's 40 (part 1 reads g, p, m, v and writes m, v;
+    part 3 reads p, m, v and writes p) in three kernels per parameter; FusedAdam's, priced from
+    torch's fused AdamW rows, 28."""
+    proc, report = run_script("""
+        import torch
+        from deepspeed.ops.adam import FusedAdam
+        from deepspeed.ops.lamb import FusedLamb
+        from deepspeed.ops.lion import FusedLion
+
+        def timed(make):
+            params = [torch.nn.Parameter(torch.randn(n, device="cuda")) for n in (40_000_000, 10_000_000)]
+            for p in params:
+                p.grad = torch.randn_like(p)
+            opt = make(params)
+            opt.step()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(4):
+                opt.step()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 4
+
+        adam = timed(lambda ps: FusedAdam(ps, lr=1e-3, weight_decay=0.1))
+        lion = timed(lambda ps: FusedLion(ps, lr=1e-4, weight_decay=0.1))
+        lamb = timed(lambda ps: FusedLamb(ps, lr=1e-3, weight_decay=0.01))
+        print(f"adam_ms={adam:.4f} lion_ms={lion:.4f} lamb_ms={lamb:.4f}")
+    """, "--gpu", "H100", "--host-speed", "0.0001")  # GPU time alone
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    adam, lion, lamb = (float(v) for v in re.findall(r"=([\d.]+)", proc.stdout))
+    assert lion / adam == pytest.approx(20 / 28, rel=0.15)
+    assert lamb / adam == pytest.approx(40 / 28, rel=0.15)
+    calls = {o["op"]: o["calls"] for o in report["top_ops"]}
+    # 50M elements in 65,536-element chunks: 763 chunks, 320 a launch -> 3 launches a step, 5 steps
+    assert calls.get("multi_tensor_lion") == 15
+    assert calls.get("lamb_cuda_kernel_part1") == calls.get("lamb_cuda_kernel_part3") == 10
+
+
 def test_unsimulated_op_builder_is_a_clear_error(run_script):
     proc, _ = run_script("""
         from deepspeed.ops.op_builder import CPUAdamBuilder
@@ -159,6 +267,18 @@ def test_unsimulated_op_builder_is_a_clear_error(run_script):
     assert proc.returncode != 0
     assert "DeepSpeed op 'cpu_adam'" in proc.stderr and "not simulated" in proc.stderr
     assert "Traceback" not in proc.stderr.split("phantom: DeepSpeed op")[-1][:200]
+
+
+def test_script_started_without_ranks_is_told_how_to_launch(run_script):
+    """Without --nproc-per-node there is no launcher environment, and DeepSpeed would fall back
+    to MPI discovery (an ImportError without mpi4py): the error says how to launch instead."""
+    proc, _ = run_script("""
+        import deepspeed
+        deepspeed.init_distributed()
+    """)
+    assert proc.returncode != 0
+    assert "found no launcher environment" in proc.stderr and "--nproc-per-node N" in proc.stderr
+    assert "mpi4py" not in proc.stderr
 
 
 # -- `phantom deepspeed`: the deepspeed launcher's arguments -----------------------------------

@@ -26,6 +26,7 @@ ADAPTERS: dict[str, str] = {
     **{name: "phantom.adapters.deepspeed:" + func
        for name, func in {
            "deepspeed": "patch_package",
+           "deepspeed.comm.comm": "patch_comm",
            "deepspeed.ops.op_builder.builder": "patch_op_builder",
            "deepspeed.runtime.engine": "patch_engine",
            "deepspeed.runtime.pipe.engine": "patch_pipe_engine",

@@ -7,16 +7,22 @@ DeepSpeed cannot run on a simulated GPU. Each names the DeepSpeed code it works 
 Simulation policy (README, "DeepSpeed"):
 - Op builders: DeepSpeed compiles its CUDA extensions (FusedAdam, FusedLamb, ...) with nvcc
   when first used (`OpBuilder.load` -> `jit_load`). A CPU machine cannot build them, and a
-  built kernel could not run on a fake tensor anyway. The ops a training step needs are
-  simulated instead: FusedAdam's `multi_tensor_adam` is charged as the fused multi-tensor
-  AdamW kernel (`aten._fused_adamw_` / `_fused_adam_`), the same memory-bound one-pass update
-  over (grad, param, exp_avg, exp_avg_sq) chunks; phantom's cost model prices it from the
-  measured torch fused-AdamW rows. Any other CUDA op builder is a clear error naming the op,
-  never a silent swap for a different optimizer.
+  built kernel could not run on a fake tensor anyway. The fused optimizers are simulated
+  instead, each launching the kernels the real extension launches:
+  - FusedAdam's `multi_tensor_adam` is charged as the fused multi-tensor AdamW kernel
+    (`aten._fused_adamw_` / `_fused_adam_`), the same memory-bound one-pass update over
+    (grad, param, exp_avg, exp_avg_sq) chunks, priced from the measured torch fused-AdamW rows;
+  - FusedLion's `multi_tensor_lion`: one memory-bound kernel per multi_tensor_apply launch
+    (adapters/multi_tensor.py);
+  - FusedLamb's `lamb`: its three kernels per parameter (`lamb_module`).
+  Any other CUDA op builder is a clear error naming the op, never a silent swap for a
+  different optimizer.
 - One phantom iteration per DeepSpeed engine step (`patch_engine`).
 - The pipeline engine's shape messages between stages carry real values (`patch_pipe_engine`).
 - `phantom deepspeed` (launcher arguments, phantom/launcher/deepspeed_cli.py) gets the
   launcher's `--local_rank=N` script argument (`patch_package`).
+- A script started without ranks (no launcher environment) gets a clear error instead of
+  DeepSpeed's MPI discovery (`patch_comm`).
 """
 from __future__ import annotations
 
@@ -29,11 +35,28 @@ from typing import Any
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from phantom.adapters.multi_tensor import StepCounters, multi_tensor_adam
+from phantom.adapters.multi_tensor import StepCounters, multi_tensor_adam, multi_tensor_lion
+from phantom.interception.cuda_api import extension_kernel, node_call
 from phantom.interception.mode import SimulationError
 
 # DeepSpeed op name (OpBuilder.NAME) -> factory of the simulated extension module.
-SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module"}
+SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module", "fused_lion": "fused_lion_module",
+                                 "fused_lamb": "fused_lamb_module"}
+
+# Host cost of one call into the extension on the node, beyond its kernel launches (each charged
+# HOST_KERNEL_LAUNCH_NS): pybind's conversion of the arguments, the checks, the allocations.
+# Measured on a lent H200 host (bench/kernels/deepspeed_optimizers.py, host rows, 2026-11-29,
+# data/session46/device_ds_optimizers_h200): `multi_tensor_lion` on lists of 1 / 64 / 512 tensors
+# took 9.28 / 37.7 / 243.6 us (1 / 2 / 11 launches): 4.9 us + 0.38 us a parameter (its three
+# list entries) + the launches; one `lamb` call (three launches) 27.3 us.
+LION_CALL_NS = 4_900.0
+LION_CALL_PER_TENSOR_NS = 127.0  # per tensor of the three lists
+LAMB_CALL_NS = 15_300.0
+# FusedLamb's kernels (deepspeed/ops/csrc/lamb/fused_lamb_cuda_kernel.cu): at most 512 blocks of
+# 512 threads, each reducing into one slot of two 512-element partial-sum buffers.
+LAMB_THREADS = 512
+LAMB_MAX_BLOCKS = 512
+LAMB_FLOPS_PER_ELEMENT = (14.0, 8.0)  # part 1 (moments, update, two squares), part 3 (update again)
 
 
 def _is_phantom_tensor(x: object) -> bool:
@@ -54,6 +77,50 @@ def fused_adam_module() -> Any:
         multi_tensor_adam(*args, steps=steps, **kwargs)
 
     return SimpleNamespace(multi_tensor_adam=op, __name__="phantom_simulated_fused_adam")
+
+
+def fused_lion_module() -> Any:
+    """DeepSpeed's FusedLion extension (csrc/lion/multi_tensor_lion.cu)."""
+    def call_ns(chunk_size: int, noop_flag: Any, tensor_lists: list, *args: Any) -> float:
+        return LION_CALL_NS + LION_CALL_PER_TENSOR_NS * sum(len(lst) for lst in tensor_lists)
+
+    op = node_call("deepspeed.multi_tensor_lion", call_ns)(multi_tensor_lion)
+    return SimpleNamespace(multi_tensor_lion=op, __name__="phantom_simulated_fused_lion")
+
+
+def lamb(p: torch.Tensor, p_copy: torch.Tensor, m: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
+         lr: float, beta1: float, beta2: float, max_coeff: float, min_coeff: float, eps: float,
+         grad_scale: float, step: int, mode: int, bias_correction: int, decay: float) -> torch.Tensor:
+    """csrc/lamb/fused_lamb_cuda.cpp `lamb`: three kernels on one parameter.
+    Part 1 reads the gradient, the parameter and both moments, writes the moments back and
+    leaves each block's partial sums of |p|^2 and |update|^2; part 2 (one block) reduces them;
+    part 3 reads the parameter and moments again and writes the parameter (and its
+    reduced-precision copy, if one is passed). Returns the trust ratio as a one-element
+    device tensor, as the real op does."""
+    n = p.numel()
+    if any(t.numel() != n for t in (m, v, g)) or p_copy.numel() not in (0, n):
+        raise SimulationError(
+            f"phantom: FusedLamb's lamb: sizes p {n}, m {m.numel()}, v {v.numel()}, g {g.numel()}, "
+            f"p_copy {p_copy.numel()} (the CUDA op asserts they are equal, p_copy may be empty)")
+    acc_dtype = torch.float32 if p.dtype == torch.float16 else p.dtype
+    partial_w = torch.empty(LAMB_THREADS, dtype=acc_dtype, device=p.device)
+    partial_u = torch.empty(LAMB_THREADS, dtype=acc_dtype, device=p.device)
+    coeff = torch.empty(1, dtype=acc_dtype, device=p.device)
+    es, acc = p.element_size(), partial_w.element_size()
+    blocks = min(LAMB_MAX_BLOCKS, -(-n // LAMB_THREADS))
+    part1 = n * (g.element_size() + es + 4 * m.element_size()) + 2 * blocks * acc
+    part3 = n * (2 * es + 2 * m.element_size() + (p_copy.element_size() if p_copy.numel() else 0))
+    f1, f3 = LAMB_FLOPS_PER_ELEMENT
+    extension_kernel("lamb_cuda_kernel_part1", part1, f1 * n, blocks)
+    extension_kernel("lamb_cuda_kernel_part2", 4 * LAMB_THREADS * acc, 2 * LAMB_THREADS, 1)
+    extension_kernel("lamb_cuda_kernel_part3", part3 + 2 * acc, f3 * n, blocks)
+    return coeff
+
+
+def fused_lamb_module() -> Any:
+    """DeepSpeed's FusedLamb extension (csrc/lamb/fused_lamb_cuda.cpp)."""
+    op = node_call("deepspeed.fused_lamb", LAMB_CALL_NS)(lamb)
+    return SimpleNamespace(lamb=op, __name__="phantom_simulated_fused_lamb")
 
 
 # -- patches -----------------------------------------------------------------------------------
@@ -80,6 +147,22 @@ def patch_op_builder(module: ModuleType) -> None:
         return loaded[name]
 
     cls.load = load
+
+
+def patch_comm(module: ModuleType) -> None:
+    """deepspeed/comm/comm.py `init_distributed` falls back to `mpi_discovery` (mpi4py's
+    COMM_WORLD) when the launcher's variables (RANK, WORLD_SIZE, MASTER_ADDR, ...) are missing,
+    as in `phantom run script.py` without `--nproc-per-node`. A simulated run has no MPI job
+    to discover, and without mpi4py the script would end in an ImportError deep inside
+    DeepSpeed: say instead how to launch it."""
+    def mpi_discovery(*args: Any, **kwargs: Any) -> None:
+        raise SimulationError(
+            "phantom: deepspeed.init_distributed() found no launcher environment (RANK, WORLD_SIZE, "
+            "MASTER_ADDR, MASTER_PORT, LOCAL_RANK) and would look for an MPI job. Launch DeepSpeed "
+            "scripts as ranks: `phantom run --nproc-per-node N script.py ...` or `phantom deepspeed "
+            "--num_gpus N script.py ...` (N = 1 for one GPU).")
+
+    module.mpi_discovery = mpi_discovery
 
 
 def patch_package(module: ModuleType) -> None:

@@ -1,14 +1,59 @@
-"""Apex's multi-tensor Adam kernel (`multi_tensor_adam`), simulated for the frameworks that
-ship a copy of it: DeepSpeed's FusedAdam extension (deepspeed.py) and Transformer Engine's
-FusedAdam (te_standin). One launch updates every tensor of the lists in place; phantom runs
-torch's fused Adam kernel of the same mode over the same tensors, which its cost model prices
-from measured rows.
+"""Apex's multi-tensor kernels, simulated for the frameworks that ship a copy of them.
+
+- `multi_tensor_adam` (DeepSpeed's FusedAdam extension, deepspeed.py, and Transformer Engine's
+  FusedAdam, te_standin): one launch updates every tensor of the lists in place; phantom runs
+  torch's fused Adam kernel of the same mode over the same tensors, which its cost model prices
+  from measured rows.
+- `multi_tensor_lion` (DeepSpeed's FusedLion): torch has no Lion kernel, so each launch that
+  Apex's `multi_tensor_apply` makes (`launches`) is charged as a memory-bound kernel of
+  the bytes the update reads and writes.
 """
 from __future__ import annotations
 
 import torch
 
+from phantom.interception.cuda_api import extension_kernel
 from phantom.interception.mode import SimulationError
+
+# Apex's csrc/multi_tensor_apply.cuh (copied into deepspeed/ops/csrc/{adam,lion}): one launch
+# takes at most MAX_TENSORS[depth - 1] tensors and MAX_BLOCKS chunks (a block per chunk).
+MAX_TENSORS = (110, 64, 48, 36, 30)
+MAX_BLOCKS = 320
+# Lion's arithmetic per element (interpolation, sign, decay, two updates): far below what the
+# bytes take, it only keeps the kernel's math honest in the roofline
+LION_FLOPS_PER_ELEMENT = 10.0
+# multi_tensor_lion.cu loads and stores one element at a time (no vector loads), and a narrower
+# type does not make it faster: on a lent H200, 100M bf16 elements took 0.561 ms a step and
+# 100M fp32 ones 0.551 ms (bench/kernels/deepspeed_optimizers.py, data/session46). Each
+# element of each list is charged at least this many bytes.
+LION_MIN_ELEMENT_BYTES = 4
+
+
+def launches(numels: list[int], chunk_size: int, depth: int) -> list[tuple[int, int]]:
+    """(elements, blocks) of each launch `multi_tensor_apply` makes of tensors of `numels`
+    elements, by its rules: chunks of `chunk_size` (a block each) are added tensor by tensor,
+    and a launch goes out when the chunks fill MAX_BLOCKS, when a tensor's last chunk fills
+    the tensor slots, or at the very last chunk; a tensor split across two launches keeps its
+    slot in the second."""
+    max_tensors = MAX_TENSORS[depth - 1]
+    out: list[tuple[int, int]] = []
+    blocks = tensors = elements = 0
+    for t, n in enumerate(numels):
+        tensors += 1
+        chunks, done = -(-n // chunk_size), 0
+        while done < chunks:
+            take = min(MAX_BLOCKS - blocks, chunks - done)
+            last_of_tensor = done + take == chunks
+            # the tensor's chunks [done, done + take): full ones, the last one partial
+            elements += (n - done * chunk_size) if last_of_tensor else take * chunk_size
+            blocks += take
+            done += take
+            tensors_full = last_of_tensor and (tensors == max_tensors or t == len(numels) - 1)
+            if blocks == MAX_BLOCKS or tensors_full:
+                out.append((elements, blocks))
+                blocks = elements = 0
+                tensors = 0 if last_of_tensor else 1
+    return out
 
 
 class StepCounters:
@@ -44,3 +89,33 @@ def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: li
     fused(params, grads, exp_avgs, exp_avg_sqs, [], steps.get(len(params), params[0].device),
           lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=epsilon,
           amsgrad=False, maximize=False)
+
+
+def _check_lists(name: str, tensor_lists: list[list[torch.Tensor]]) -> None:
+    """multi_tensor_apply's TORCH_CHECKs, as clear errors: lists of one length, tensors of
+    matching sizes."""
+    lengths = {len(lst) for lst in tensor_lists}
+    if len(lengths) > 1:
+        raise SimulationError(f"phantom: {name}: tensor lists of different lengths {sorted(lengths)} "
+                              "(the CUDA kernel checks 'Size mismatch among tensor lists')")
+    for i, tensors in enumerate(zip(*tensor_lists)):
+        if len({t.numel() for t in tensors}) > 1:
+            raise SimulationError(f"phantom: {name}: tensor {i} has sizes {[t.numel() for t in tensors]} "
+                                  "across the lists (the CUDA kernel checks 'Size mismatch')")
+
+
+def multi_tensor_lion(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]],
+                      lr: float, beta1: float, beta2: float, step: int, weight_decay: float) -> None:
+    """`multi_tensor_lion(chunk_size, noop_flag, [grads, params, exp_avgs], lr, beta1, beta2,
+    step, weight_decay)` (deepspeed/ops/csrc/lion/multi_tensor_lion.cu): each element reads its
+    gradient, parameter and momentum and writes the parameter and momentum back, in the
+    launches multi_tensor_apply makes of the lists (depth 3). Values are not computed: the
+    tensors are simulated, and the update is in place."""
+    _check_lists("multi_tensor_lion", tensor_lists)
+    grads, params, exp_avgs = tensor_lists
+    if not params:
+        return
+    size = lambda t: max(LION_MIN_ELEMENT_BYTES, t.element_size())  # noqa: E731
+    per_element = size(grads[0]) + 2 * size(params[0]) + 2 * size(exp_avgs[0])
+    for elements, blocks in launches([p.numel() for p in params], chunk_size, depth=3):
+        extension_kernel("multi_tensor_lion", elements * per_element, elements * LION_FLOPS_PER_ELEMENT, blocks)

@@ -76,9 +76,11 @@ NODE_HOST_NS = {
 }
 
 
-def node_call(site: str, node_ns: float) -> Callable[[Callable], Callable]:
+def node_call(site: str, node_ns: float | Callable[..., float]) -> Callable[[Callable], Callable]:
     """Time a simulated CUDA runtime call as the node's `node_ns`, not as what the simulation
-    spends answering it. Threads off the simulated host (data loaders) call straight through."""
+    spends answering it; `node_ns` may be a function of the call's arguments (an extension
+    whose cost grows with its tensor lists). Kernels the call launches add their launch cost.
+    Threads off the simulated host (data loaders) call straight through."""
     def wrap(fn: Callable) -> Callable:
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
@@ -88,12 +90,22 @@ def node_call(site: str, node_ns: float) -> Callable[[Callable], Callable]:
                 return fn(*args, **kwargs)
             sim = _sim()
             sim.api_enter(site, now)
+            cost = 0.0
             try:
+                cost = node_ns(*args, **kwargs) if callable(node_ns) else node_ns
                 return fn(*args, **kwargs)
             finally:
-                sim.api_exit(node_ns)
+                sim.api_exit(cost)
         return call
     return wrap
+
+
+def extension_kernel(name: str, nbytes: float, flops: float = 0.0, blocks: int | None = None) -> None:
+    """Launch one kernel of a hand-written CUDA extension (DeepSpeed's fused optimizers) on the
+    current stream: it streams `nbytes` through HBM, priced on the memory curve of fused
+    elementwise kernels; `blocks`, its grid, where it may leave SMs idle. The extension's own
+    Python stand-in says what it reads and writes."""
+    _sim().launch_extension_kernel(name, nbytes, flops, blocks)
 
 
 def _device_index(device: Any = None) -> int:

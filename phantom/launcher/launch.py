@@ -102,16 +102,30 @@ def _launch_one(config: RunConfig) -> int:
         if config.log_dir:
             Path(config.log_dir).mkdir(parents=True, exist_ok=True)
             return _call_logged(env, Path(config.log_dir) / "rank0.log")
-        return subprocess.call(BOOTSTRAP, env=env)
+        proc = subprocess.Popen(BOOTSTRAP, env=env)
+        with _sigterm_passed_to(proc):
+            return proc.wait()
     except KeyboardInterrupt:
         return 130
+
+
+@contextlib.contextmanager
+def _sigterm_passed_to(proc: subprocess.Popen):
+    """A `kill` of phantom (SIGTERM: a job scheduler's cancel, a CI timeout) ends the one rank
+    too. Ctrl-C reaches both through the terminal's process group, but SIGTERM is sent to
+    phantom alone, and the rank went on simulating with nobody to report to."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _call_logged(env: dict, log_path: Path) -> int:
     """The one rank, its output shown and also written to `log_path` (--log-dir, --out)."""
     env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
     proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with open(log_path, "ab") as log:
+    with open(log_path, "ab") as log, _sigterm_passed_to(proc):
         readers = [threading.Thread(target=_pump, args=(stream, sink, "", log), daemon=True)
                    for stream, sink in ((proc.stdout, sys.stdout.buffer),
                                         (proc.stderr, sys.stderr.buffer))]
