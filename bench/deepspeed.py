@@ -20,7 +20,9 @@ DeepSpeed's FusedAdam and of torch's fused AdamW on the same flat fp32 partition
 
 The `pp*` rows run examples/deepspeed/train_pipe.py (the pipeline engine, ZeRO-1) instead: `pp2-1b`
 on two stages; `pp1-*` on one stage, the engine's schedule and host path on one GPU
-(`real --nproc 1`).
+(`real --nproc 1`). `z2-1b-lion` and `z0-1b-lamb` take DeepSpeed's other fused optimizers
+(FusedLion under ZeRO-2, FusedLamb with fp16: examples/deepspeed/zero2_lion.json, lamb_fp16.json);
+`real` builds their CUDA ops first.
 
 `sim` runs the same configs under `phantom run --nproc-per-node N --gpu H200` (N: the real file's) and writes
 `<out>.md` (the table of bench/README.md) and `<out>.json`.
