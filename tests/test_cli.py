@@ -190,12 +190,8 @@ def test_no_db_leaves_the_shipped_database_out(tmp_path):
     assert not parse_run_args(["--no-db", str(s)]).shipped_db
 
 
-@pytest.mark.parametrize("logged", [False, True])
-def test_kill_of_phantom_ends_the_rank(tmp_path, logged):
-    """SIGTERM to `phantom run` (a scheduler's cancel, a CI timeout) ends the simulated rank too;
-    it used to go on simulating, orphaned."""
-    import os
-    import signal
+def _start_forever(tmp_path, logged: bool):
+    """`phantom run` of a script that never ends, and the rank's pid once it runs."""
     import subprocess
     import sys
     import time
@@ -211,14 +207,38 @@ def test_kill_of_phantom_ends_the_rank(tmp_path, logged):
     while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
         time.sleep(0.2)
     assert pid_file.exists(), "the rank never started"
-    rank = int(pid_file.read_text())
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
-    for _ in range(50):
+    return proc, int(pid_file.read_text())
+
+
+def _gone(pid: int, within_s: float) -> bool:
+    import os
+    import time
+
+    deadline = time.time() + within_s
+    while time.time() < deadline:
         try:
-            os.kill(rank, 0)
+            os.kill(pid, 0)
         except ProcessLookupError:
-            return
+            return True
         time.sleep(0.1)
-    os.kill(rank, signal.SIGKILL)
-    raise AssertionError("the rank outlived phantom")
+    return False
+
+
+@pytest.mark.parametrize("logged", [False, True])
+@pytest.mark.parametrize("sig, status", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_to_phantom_ends_the_rank(tmp_path, logged, sig, status):
+    """SIGTERM to `phantom run` (a scheduler's cancel, a CI timeout) ends the simulated rank too
+    (it used to go on simulating, orphaned), with the shell's status for it; so does a SIGINT
+    sent to phantom alone (not through the terminal's process group), after a grace period."""
+    import os
+    import signal
+
+    proc, rank = _start_forever(tmp_path, logged)
+    try:
+        proc.send_signal(getattr(signal, sig))
+        assert proc.wait(timeout=60) == status
+        assert _gone(rank, within_s=5), "the rank outlived phantom"
+    finally:
+        proc.kill()
+        if not _gone(rank, within_s=0.1):
+            os.kill(rank, signal.SIGKILL)

@@ -6,9 +6,11 @@ with a JSON config) on 2 simulated ranks and assert on what the script itself pr
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import pytest
+import torch
 
 from conftest import REPO, run_phantom
 
@@ -95,14 +97,18 @@ def test_fp16_fused_lamb(tmp_path):
     FP16_UnfusedOptimizer's fused-Lamb path runs the overflow check, the norms and the simulated
     FusedLamb, three kernels per parameter; the steps are not skipped (the overflow check must
     see healthy gradients)."""
-    proc, steps, summary, report = _train(tmp_path, "lamb_fp16.json", "--steps", "3", "--warmup", "1", nproc=1)
+    trace = tmp_path / "trace.json"
+    proc, steps, summary, _ = _train(tmp_path, "lamb_fp16.json", "--steps", "3", "--warmup", "1", nproc=1,
+                                     options=("--trace", str(trace)))
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     assert "FP16_UnfusedOptimizer" in proc.stdout and [s["step"] for s in steps] == [0, 1, 2]
     assert "OVERFLOW" not in proc.stdout + proc.stderr and "Grad overflow" not in proc.stdout + proc.stderr
-    calls = {o["op"]: o["calls"] for o in report["top_ops"]}
+    events = json.loads(trace.read_text())["traceEvents"]
+    launches = {name: sum(1 for e in events if e.get("name") == name and e.get("cat") == "launch")
+                for name in ("lamb_cuda_kernel_part1", "lamb_cuda_kernel_part2", "lamb_cuda_kernel_part3")}
     # 39 parameters; DeepSpeed's optimizer set-up steps FusedLamb once with zero gradients
     # (FP16_UnfusedOptimizer.initialize_optimizer_states), then once a step
-    assert calls["lamb_cuda_kernel_part1"] == calls["lamb_cuda_kernel_part3"] == 39 * 4, calls
+    assert set(launches.values()) == {39 * 4}, launches
 
 
 def test_pipeline_engine_two_stages(tmp_path):
@@ -182,9 +188,9 @@ def test_fused_adam_is_timed_as_the_fused_kernel(run_script):
     assert any(o["op"].startswith("_fused_adamw_") for o in report["top_ops"])
 
 
-def _apex_launches(numels: list[int], chunk_size: int, depth: int) -> list[int]:
+def _apex_launches(numels: list[int], chunk_size: int, depth: int) -> list[tuple[int, int]]:
     """Apex's multi_tensor_apply host loop as written, chunk by chunk (csrc/multi_tensor_apply.cuh,
-    copied into deepspeed/ops/csrc/lion): the elements of each launch."""
+    copied into deepspeed/ops/csrc/lion): (elements, blocks) of each launch."""
     from phantom.adapters.multi_tensor import MAX_BLOCKS, MAX_TENSORS
 
     launches, blocks, tensors, elements = [], 0, 0, 0
@@ -197,25 +203,70 @@ def _apex_launches(numels: list[int], chunk_size: int, depth: int) -> list[int]:
             tensors_full = tensors == MAX_TENSORS[depth - 1] and chunk == chunks - 1
             last_chunk = t == len(numels) - 1 and chunk == chunks - 1
             if tensors_full or blocks == MAX_BLOCKS or last_chunk:
-                launches.append(elements)
+                launches.append((elements, blocks))
                 blocks = elements = 0
                 tensors = 0 if chunk == chunks - 1 else 1
     return launches
 
 
+_RANDOM_SIZES = random.Random(7)
+
+
 @pytest.mark.parametrize("numels", [
     [100_000_000], [16_384] * 2000, [4_000_000] * 200, [1024] * 512, [65_536 * 320, 1, 65_536 * 320 + 1],
-    [int(x) for x in __import__("numpy").random.default_rng(7).integers(1, 3_000_000, 300)],
+    [65_536 * 320 + 1] + [1] * 100,  # the split tensor keeps its slot: the next launch fills at 48
+    [5, 0, 7, 65_536 * 3],  # an empty tensor holds a slot and no chunk
+    [_RANDOM_SIZES.randint(1, 3_000_000) for _ in range(300)],
 ])
 def test_multi_tensor_apply_launches_follow_apex(numels):
     from phantom.adapters.multi_tensor import launches
 
     for depth in (3, 4):
         made = launches(numels, 65_536, depth)
-        assert [elements for elements, _ in made] == _apex_launches(numels, 65_536, depth)
+        assert made == _apex_launches(numels, 65_536, depth)
         assert sum(elements for elements, _ in made) == sum(numels)
-        # a block per chunk
-        assert sum(blocks for _, blocks in made) == sum(-(-n // 65_536) for n in numels)
+
+
+def test_extension_kernels_move_the_bytes_their_cuda_source_does(monkeypatch):
+    """The simulated kernels' bytes, exactly, from the CUDA sources: FusedLion reads g, p, m and
+    writes p, m, each element at least 4 bytes a list (bf16 runs no faster); FusedLamb's part 1
+    reads g, p, m, v and writes m, v, part 3 reads p, m, v and writes p, and the fp16 copy only
+    where the gradients are fp16."""
+    from phantom.adapters import deepspeed as ds_adapter
+    from phantom.adapters import multi_tensor
+
+    launched = []
+    record = lambda name, nbytes, flops=0.0, blocks=None: launched.append((name, nbytes, blocks))  # noqa: E731
+    monkeypatch.setattr(multi_tensor, "extension_kernel", record)
+    monkeypatch.setattr(ds_adapter, "extension_kernel", record)
+
+    def lists(n: int, dtype: torch.dtype) -> list[list[torch.Tensor]]:
+        return [[torch.empty(n, dtype=dtype)] for _ in range(3)]
+
+    multi_tensor.multi_tensor_lion(65_536, None, lists(1000, torch.float32), 1e-4, 0.9, 0.99, 1, 0.1)
+    multi_tensor.multi_tensor_lion(65_536, None, lists(1000, torch.bfloat16), 1e-4, 0.9, 0.99, 1, 0.1)
+    assert launched == [("multi_tensor_lion", 20_000, 1)] * 2
+    launched.clear()
+
+    n = 1 << 20
+    fp32 = lambda: torch.empty(n, dtype=torch.float32)  # noqa: E731
+    half = torch.empty(n, dtype=torch.float16)
+    ds_adapter.lamb(fp32(), half, fp32(), fp32(), half, 1e-3, 0.9, 0.999, 10.0, 0.01, 1e-8, 1.0, 1, 1, 1, 0.0)
+    ds_adapter.lamb(fp32(), torch.empty(0), fp32(), fp32(), fp32(), 1e-3, 0.9, 0.999, 10.0, 0.01, 1e-8, 1.0,
+                    1, 1, 1, 0.0)
+    partials = 2 * 512 * 4  # two 512-element fp32 partial-sum buffers, one slot a block
+    assert launched == [
+        ("lamb_cuda_kernel_part1", n * (2 + 5 * 4) + partials, 512),
+        ("lamb_cuda_kernel_part2", partials + 8, 1),
+        ("lamb_cuda_kernel_part3", n * (4 * 4 + 2) + 8, 512),
+        ("lamb_cuda_kernel_part1", n * (4 + 5 * 4) + partials, 512),
+        ("lamb_cuda_kernel_part2", partials + 8, 1),
+        ("lamb_cuda_kernel_part3", n * 4 * 4 + 8, 512),
+    ]
+    with pytest.raises(Exception, match="no bfloat16"):
+        bf16 = lambda: torch.empty(8, dtype=torch.bfloat16)  # noqa: E731
+        ds_adapter.lamb(bf16(), torch.empty(0), bf16(), bf16(), bf16(), 1e-3, 0.9, 0.999, 10.0, 0.01, 1e-8,
+                        1.0, 1, 1, 1, 0.0)
 
 
 def test_fused_lion_and_lamb_are_timed_by_their_bytes(run_script):
@@ -254,7 +305,8 @@ def test_fused_lion_and_lamb_are_timed_by_their_bytes(run_script):
     assert lion / adam == pytest.approx(20 / 28, rel=0.15)
     assert lamb / adam == pytest.approx(40 / 28, rel=0.15)
     calls = {o["op"]: o["calls"] for o in report["top_ops"]}
-    # 50M elements in 65,536-element chunks: 763 chunks, 320 a launch -> 3 launches a step, 5 steps
+    # 40M + 10M elements in 65,536-element chunks: 611 + 153 chunks, 320 a launch -> 3 launches a
+    # step, 5 steps
     assert calls.get("multi_tensor_lion") == 15
     assert calls.get("lamb_cuda_kernel_part1") == calls.get("lamb_cuda_kernel_part3") == 10
 

@@ -14,7 +14,7 @@ Simulation policy (README, "DeepSpeed"):
     (grad, param, exp_avg, exp_avg_sq) chunks, priced from the measured torch fused-AdamW rows;
   - FusedLion's `multi_tensor_lion`: one memory-bound kernel per multi_tensor_apply launch
     (adapters/multi_tensor.py);
-  - FusedLamb's `lamb`: its three kernels per parameter (`lamb_module`).
+  - FusedLamb's `lamb`: its three kernels per parameter (`fused_lamb_module`).
   Any other CUDA op builder is a clear error naming the op, never a silent swap for a
   different optimizer.
 - One phantom iteration per DeepSpeed engine step (`patch_engine`).
@@ -56,7 +56,10 @@ LAMB_CALL_NS = 15_300.0
 # 512 threads, each reducing into one slot of two 512-element partial-sum buffers.
 LAMB_THREADS = 512
 LAMB_MAX_BLOCKS = 512
-LAMB_FLOPS_PER_ELEMENT = (14.0, 8.0)  # part 1 (moments, update, two squares), part 3 (update again)
+# Their arithmetic per element, far below what the bytes take: part 1 updates both moments and
+# squares the parameter and the update, part 3 recomputes the update and applies it.
+LAMB_PART1_FLOPS = 14.0
+LAMB_PART3_FLOPS = 8.0
 
 
 def _is_phantom_tensor(x: object) -> bool:
@@ -94,27 +97,42 @@ def lamb(p: torch.Tensor, p_copy: torch.Tensor, m: torch.Tensor, v: torch.Tensor
     """csrc/lamb/fused_lamb_cuda.cpp `lamb`: three kernels on one parameter.
     Part 1 reads the gradient, the parameter and both moments, writes the moments back and
     leaves each block's partial sums of |p|^2 and |update|^2; part 2 (one block) reduces them;
-    part 3 reads the parameter and moments again and writes the parameter (and its
-    reduced-precision copy, if one is passed). Returns the trust ratio as a one-element
-    device tensor, as the real op does."""
+    part 3 reads the parameter and moments again and writes the parameter, and its fp16 copy
+    where the gradients are fp16 (with fp32 ones the kernel passes no copy). Returns the trust
+    ratio as a one-element device tensor, as the real op does."""
+    _check_lamb_args(p, p_copy, m, v, g)
+    acc_dtype = torch.float32 if g.dtype == torch.float16 else g.dtype
+    partial_w = torch.empty(LAMB_THREADS, dtype=acc_dtype, device=p.device)
+    partial_u = torch.empty(LAMB_THREADS, dtype=acc_dtype, device=p.device)
+    coeff = torch.empty(1, dtype=acc_dtype, device=p.device)
+    n, state, acc = p.numel(), p.element_size(), partial_w.element_size()  # p, m and v: one type
+    copy = g.element_size() if g.dtype == torch.float16 and p_copy.numel() else 0
+    blocks = min(LAMB_MAX_BLOCKS, -(-n // LAMB_THREADS))
+    part1 = n * (g.element_size() + 5 * state) + 2 * blocks * acc
+    part2 = 2 * LAMB_THREADS * acc + 2 * acc
+    part3 = n * (4 * state + copy) + 2 * acc
+    extension_kernel("lamb_cuda_kernel_part1", part1, LAMB_PART1_FLOPS * n, blocks)
+    extension_kernel("lamb_cuda_kernel_part2", part2, 2 * LAMB_THREADS, 1)
+    extension_kernel("lamb_cuda_kernel_part3", part3, LAMB_PART3_FLOPS * n, blocks)
+    return coeff
+
+
+def _check_lamb_args(p: torch.Tensor, p_copy: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                     g: torch.Tensor) -> None:
+    """The real op's asserts and type dispatch, as clear errors: equal sizes; fp16 gradients
+    with fp32 state, or one floating type throughout (no bfloat16: AT_DISPATCH_FLOATING_TYPES)."""
     n = p.numel()
     if any(t.numel() != n for t in (m, v, g)) or p_copy.numel() not in (0, n):
         raise SimulationError(
             f"phantom: FusedLamb's lamb: sizes p {n}, m {m.numel()}, v {v.numel()}, g {g.numel()}, "
             f"p_copy {p_copy.numel()} (the CUDA op asserts they are equal, p_copy may be empty)")
-    acc_dtype = torch.float32 if p.dtype == torch.float16 else p.dtype
-    partial_w = torch.empty(LAMB_THREADS, dtype=acc_dtype, device=p.device)
-    partial_u = torch.empty(LAMB_THREADS, dtype=acc_dtype, device=p.device)
-    coeff = torch.empty(1, dtype=acc_dtype, device=p.device)
-    es, acc = p.element_size(), partial_w.element_size()
-    blocks = min(LAMB_MAX_BLOCKS, -(-n // LAMB_THREADS))
-    part1 = n * (g.element_size() + es + 4 * m.element_size()) + 2 * blocks * acc
-    part3 = n * (2 * es + 2 * m.element_size() + (p_copy.element_size() if p_copy.numel() else 0))
-    f1, f3 = LAMB_FLOPS_PER_ELEMENT
-    extension_kernel("lamb_cuda_kernel_part1", part1, f1 * n, blocks)
-    extension_kernel("lamb_cuda_kernel_part2", 4 * LAMB_THREADS * acc, 2 * LAMB_THREADS, 1)
-    extension_kernel("lamb_cuda_kernel_part3", part3 + 2 * acc, f3 * n, blocks)
-    return coeff
+    state = torch.float32 if g.dtype == torch.float16 else g.dtype
+    if g.dtype not in (torch.float16, torch.float32, torch.float64) or \
+            any(t.dtype != state for t in (p, m, v)):
+        raise SimulationError(
+            f"phantom: FusedLamb's lamb: gradient {g.dtype} with parameter {p.dtype}, moments "
+            f"{m.dtype}/{v.dtype}; DeepSpeed's kernel takes fp16 gradients with fp32 state, or "
+            "fp32 (fp64) throughout (no bfloat16)")
 
 
 def fused_lamb_module() -> Any:

@@ -25,7 +25,8 @@ LION_FLOPS_PER_ELEMENT = 10.0
 # multi_tensor_lion.cu loads and stores one element at a time (no vector loads), and a narrower
 # type does not make it faster: on a lent H200, 100M bf16 elements took 0.561 ms a step and
 # 100M fp32 ones 0.551 ms (bench/kernels/deepspeed_optimizers.py, data/session46). Each
-# element of each list is charged at least this many bytes.
+# element of each list is charged at least this many bytes: effective bytes, the time of the
+# memory traffic it makes, not what it moves.
 LION_MIN_ELEMENT_BYTES = 4
 
 
@@ -48,8 +49,9 @@ def launches(numels: list[int], chunk_size: int, depth: int) -> list[tuple[int, 
             elements += (n - done * chunk_size) if last_of_tensor else take * chunk_size
             blocks += take
             done += take
-            tensors_full = last_of_tensor and (tensors == max_tensors or t == len(numels) - 1)
-            if blocks == MAX_BLOCKS or tensors_full:
+            tensors_full = last_of_tensor and tensors == max_tensors
+            last_chunk = last_of_tensor and t == len(numels) - 1
+            if blocks == MAX_BLOCKS or tensors_full or last_chunk:
                 out.append((elements, blocks))
                 blocks = elements = 0
                 tensors = 0 if last_of_tensor else 1
@@ -91,9 +93,16 @@ def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: li
           amsgrad=False, maximize=False)
 
 
-def _check_lists(name: str, tensor_lists: list[list[torch.Tensor]]) -> None:
-    """multi_tensor_apply's TORCH_CHECKs, as clear errors: lists of one length, tensors of
-    matching sizes."""
+def _lion_bytes(t: torch.Tensor) -> int:
+    return max(LION_MIN_ELEMENT_BYTES, t.element_size())
+
+
+def _check_lists(name: str, tensor_lists: list[list[torch.Tensor]], depth: int) -> None:
+    """multi_tensor_apply's TORCH_CHECKs, as clear errors: `depth` lists of one length, not
+    empty, tensors of matching sizes."""
+    if len(tensor_lists) != depth or not tensor_lists[0]:
+        raise SimulationError(f"phantom: {name} takes {depth} non-empty tensor lists; got "
+                              f"{[len(lst) for lst in tensor_lists]} tensors in {len(tensor_lists)} list(s)")
     lengths = {len(lst) for lst in tensor_lists}
     if len(lengths) > 1:
         raise SimulationError(f"phantom: {name}: tensor lists of different lengths {sorted(lengths)} "
@@ -111,11 +120,8 @@ def multi_tensor_lion(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: li
     gradient, parameter and momentum and writes the parameter and momentum back, in the
     launches multi_tensor_apply makes of the lists (depth 3). Values are not computed: the
     tensors are simulated, and the update is in place."""
-    _check_lists("multi_tensor_lion", tensor_lists)
+    _check_lists("multi_tensor_lion", tensor_lists, depth=3)
     grads, params, exp_avgs = tensor_lists
-    if not params:
-        return
-    size = lambda t: max(LION_MIN_ELEMENT_BYTES, t.element_size())  # noqa: E731
-    per_element = size(grads[0]) + 2 * size(params[0]) + 2 * size(exp_avgs[0])
+    per_element = _lion_bytes(grads[0]) + 2 * _lion_bytes(params[0]) + 2 * _lion_bytes(exp_avgs[0])
     for elements, blocks in launches([p.numel() for p in params], chunk_size, depth=3):
         extension_kernel("multi_tensor_lion", elements * per_element, elements * LION_FLOPS_PER_ELEMENT, blocks)

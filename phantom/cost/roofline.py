@@ -814,7 +814,8 @@ class RooflineCostModel:
         of pointwise ops: engine/fusion.py), on the elementwise class's memory curve, or its
         math (`flops`, FLOP-equivalents at the fp32 rate: generated_math_flops) where that is
         longer. `load_efficiency`: the share of the curve's bandwidth its loads reach (a
-        misaligned split reduction's: MISALIGNED_SPLIT_EFFICIENCY)."""
+        misaligned split reduction's: MISALIGNED_SPLIT_EFFICIENCY; a grid of fewer blocks than
+        SMs: Simulation.launch_extension_kernel), with part of its math exposed."""
         curve = self.cal.mem_curve("elementwise")
         if load_efficiency >= 1.0:
             ns = mem_time_ns(curve, self.gpu, nbytes, flops=flops)

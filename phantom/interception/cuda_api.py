@@ -105,7 +105,11 @@ def extension_kernel(name: str, nbytes: float, flops: float = 0.0, blocks: int |
     current stream: it streams `nbytes` through HBM, priced on the memory curve of fused
     elementwise kernels; `blocks`, its grid, where it may leave SMs idle. The extension's own
     Python stand-in says what it reads and writes."""
-    _sim().launch_extension_kernel(name, nbytes, flops, blocks)
+    if _SIM is None or not simulated_thread():
+        from phantom.interception.mode import SimulationError
+        raise SimulationError(f"phantom: the simulated CUDA extension kernel {name} was called outside "
+                              "the simulation's host thread; it has no real kernel to run")
+    _SIM.launch_extension_kernel(name, nbytes, flops, blocks)
 
 
 def _device_index(device: Any = None) -> int:

@@ -98,48 +98,79 @@ def _launch_one(config: RunConfig) -> int:
     env = dict(os.environ)
     env[ENV_VAR] = config.to_json()
     env["PHANTOM_DEVICE_COUNT"] = str(max(config.nproc_per_node, 1))
-    try:
-        if config.log_dir:
-            Path(config.log_dir).mkdir(parents=True, exist_ok=True)
-            return _call_logged(env, Path(config.log_dir) / "rank0.log")
-        proc = subprocess.Popen(BOOTSTRAP, env=env)
-        with _sigterm_passed_to(proc):
-            return proc.wait()
-    except KeyboardInterrupt:
-        return 130
+    log_path = None
+    if config.log_dir:  # --log-dir, --out: its output shown and also written to rank0.log
+        Path(config.log_dir).mkdir(parents=True, exist_ok=True)
+        log_path = Path(config.log_dir) / "rank0.log"
+    return _run_rank(env, log_path)
 
 
-@contextlib.contextmanager
-def _sigterm_passed_to(proc: subprocess.Popen):
-    """A `kill` of phantom (SIGTERM: a job scheduler's cancel, a CI timeout) ends the one rank
-    too. Ctrl-C reaches both through the terminal's process group, but SIGTERM is sent to
-    phantom alone, and the rank went on simulating with nobody to report to."""
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.terminate())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+# How long the one rank may take to end after a Ctrl-C (it prints its summary) before it is stopped.
+RANK_STOP_GRACE_S = 10.0
 
 
-def _call_logged(env: dict, log_path: Path) -> int:
-    """The one rank, its output shown and also written to `log_path` (--log-dir, --out)."""
-    env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
-    proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    with open(log_path, "ab") as log, _sigterm_passed_to(proc):
-        readers = [threading.Thread(target=_pump, args=(stream, sink, "", log), daemon=True)
-                   for stream, sink in ((proc.stdout, sys.stdout.buffer),
-                                        (proc.stderr, sys.stderr.buffer))]
-        for t in readers:
-            t.start()
+def _run_rank(env: dict, log_path: Path | None) -> int:
+    """Run the one rank to its end; its exit status as a shell gives it (128 + N when signal N
+    ended it). A Ctrl-C from the terminal reaches the rank too, which prints its summary and
+    ends; one sent to phantom alone does not, so after a grace period the rank is stopped.
+    Ctrl-C leaves no process behind either way."""
+    pipe = subprocess.PIPE if log_path is not None else None
+    if log_path is not None:
+        env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
+    with _sigterm_passed_on() as targets, contextlib.ExitStack() as stack:
+        proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=pipe, stderr=pipe)
+        targets.append(proc)
+        readers = []
+        if log_path is not None:
+            log = stack.enter_context(open(log_path, "ab"))
+            readers = [threading.Thread(target=_pump, args=(stream, sink, "", log), daemon=True)
+                       for stream, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))]
+            for t in readers:
+                t.start()
         try:
             code = proc.wait()
         except KeyboardInterrupt:
-            proc.wait()
-            raise
+            _stop(proc)
+            code = 130
         finally:
             for t in readers:
                 t.join(timeout=5)
-    return code
+    return 128 - code if code < 0 else code
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        proc.wait(timeout=RANK_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextlib.contextmanager
+def _sigterm_passed_on():
+    """A `kill` of phantom (SIGTERM: a job scheduler's cancel, a CI timeout) ends the processes
+    put in the yielded list too: SIGTERM is sent to phantom alone, and a one-process run's rank
+    went on simulating with nobody to report to. Signal handlers can only be set on the main
+    thread: `launch` called from another one forwards nothing."""
+    targets: list[subprocess.Popen] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield targets
+        return
+
+    def forward(signum, frame) -> None:
+        for proc in targets:
+            if proc.poll() is None:
+                proc.terminate()
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        yield targets
+    finally:
+        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 # -- distributed runs --------------------------------------------------------------------
