@@ -190,24 +190,26 @@ def test_no_db_leaves_the_shipped_database_out(tmp_path):
     assert not parse_run_args(["--no-db", str(s)]).shipped_db
 
 
-def _start_forever(tmp_path, logged: bool):
-    """`phantom run` of a script that never ends, and the rank's pid once it runs."""
+def _start_forever(tmp_path, logged: bool, nproc: int = 0):
+    """`phantom run` of a script that never ends, and its ranks' pids once they run."""
     import subprocess
     import sys
     import time
 
-    pid_file = tmp_path / "rank.pid"
     script = tmp_path / "forever.py"
-    script.write_text(f"import os, torch\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+    script.write_text(f"import os, torch\nrank = os.environ.get('RANK', '0')\n"
+                      f"open({str(tmp_path)!r} + f'/rank{{rank}}.pid', 'w').write(str(os.getpid()))\n"
                       "x = torch.ones(8, device='cuda')\nwhile True:\n    x = x + 1\n")
     options = ["--log-dir", str(tmp_path / "logs")] if logged else []
+    options += ["--nproc-per-node", str(nproc)] if nproc else []
     proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", "--host-pace", "probe", *options,
                              str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    files = [tmp_path / f"rank{r}.pid" for r in range(max(nproc, 1))]
     deadline = time.time() + 120
-    while not (pid_file.exists() and pid_file.read_text()) and time.time() < deadline:
+    while not all(f.exists() and f.read_text() for f in files) and time.time() < deadline:
         time.sleep(0.2)
-    assert pid_file.exists(), "the rank never started"
-    return proc, int(pid_file.read_text())
+    assert all(f.exists() for f in files), "the ranks never started"
+    return proc, [int(f.read_text()) for f in files]
 
 
 def _gone(pid: int, within_s: float) -> bool:
@@ -224,21 +226,22 @@ def _gone(pid: int, within_s: float) -> bool:
     return False
 
 
-@pytest.mark.parametrize("logged", [False, True])
+@pytest.mark.parametrize("logged, nproc", [(False, 0), (True, 0), (False, 2)])
 @pytest.mark.parametrize("sig, status", [("SIGTERM", 143), ("SIGINT", 130)])
-def test_a_signal_to_phantom_ends_the_rank(tmp_path, logged, sig, status):
-    """SIGTERM to `phantom run` (a scheduler's cancel, a CI timeout) ends the simulated rank too
-    (it used to go on simulating, orphaned), with the shell's status for it; so does a SIGINT
-    sent to phantom alone (not through the terminal's process group), after a grace period."""
+def test_a_signal_to_phantom_ends_the_ranks(tmp_path, logged, nproc, sig, status):
+    """SIGTERM to `phantom run` (a scheduler's cancel, a CI timeout) ends the simulated ranks too
+    (a one-process run's rank used to go on simulating, orphaned), with the shell's status for
+    it; so does a SIGINT sent to phantom alone (not through the terminal's process group)."""
     import os
     import signal
 
-    proc, rank = _start_forever(tmp_path, logged)
+    proc, ranks = _start_forever(tmp_path, logged, nproc)
     try:
         proc.send_signal(getattr(signal, sig))
         assert proc.wait(timeout=60) == status
-        assert _gone(rank, within_s=5), "the rank outlived phantom"
+        assert all(_gone(rank, within_s=5) for rank in ranks), "a rank outlived phantom"
     finally:
         proc.kill()
-        if not _gone(rank, within_s=0.1):
-            os.kill(rank, signal.SIGKILL)
+        for rank in ranks:
+            if not _gone(rank, within_s=0.1):
+                os.kill(rank, signal.SIGKILL)

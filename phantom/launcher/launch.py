@@ -371,7 +371,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
     # Ctrl-C and `kill` both end the run with every rank; a shell that started phantom in
     # the background may have left SIGINT ignored.
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_interrupt)
+    signal.signal(signal.SIGTERM, _raise_terminated)
     interrupted = False
     try:
         if ray is None and os.environ.get(NO_FORK_SERVER) != "1":
@@ -382,10 +382,10 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
         if code == 0 and len(ranks) < config.world_size and not config.quiet:
             _print_classes(coordinator, network)
         return code
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("phantom: interrupted; stopping all ranks", file=sys.stderr)
         interrupted = True
-        return 130
+        return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
     finally:
         if not interrupted:
             _let_exiting_ranks_finish(ranks)
@@ -435,8 +435,12 @@ class _RankOutput:
             sink.flush()
 
 
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the launcher: ends the run as Ctrl-C does, with the shell's status for it."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
 
 
 def _collective_op(requests):
