@@ -117,7 +117,7 @@ def _run_rank(env: dict, log_path: Path | None) -> int:
     pipe = subprocess.PIPE if log_path is not None else None
     if log_path is not None:
         env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
-    with _sigterm_passed_on() as targets, contextlib.ExitStack() as stack:
+    with _signals_handled() as targets, contextlib.ExitStack() as stack:
         proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=pipe, stderr=pipe)
         targets.append(proc)
         readers = []
@@ -151,11 +151,13 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def _sigterm_passed_on():
+def _signals_handled():
     """A `kill` of phantom (SIGTERM: a job scheduler's cancel, a CI timeout) ends the processes
     put in the yielded list too: SIGTERM is sent to phantom alone, and a one-process run's rank
-    went on simulating with nobody to report to. Signal handlers can only be set on the main
-    thread: `launch` called from another one forwards nothing."""
+    went on simulating with nobody to report to. Ctrl-C raises KeyboardInterrupt here even where
+    whoever started phantom left SIGINT ignored (a shell's background job, a test runner's
+    worker). Signal handlers can only be set on the main thread: `launch` called from another
+    one changes none."""
     targets: list[subprocess.Popen] = []
     if threading.current_thread() is not threading.main_thread():
         yield targets
@@ -166,11 +168,13 @@ def _sigterm_passed_on():
             if proc.poll() is None:
                 proc.terminate()
 
-    previous = signal.signal(signal.SIGTERM, forward)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
+                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
     try:
         yield targets
     finally:
-        signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 # -- distributed runs --------------------------------------------------------------------
