@@ -6,6 +6,7 @@ ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
     python bench/deepspeed.py sim --gpu H200 --real bench/data/deepspeed_real_h200x2.json \\
         --out bench/data/deepspeed_sim_h200x2
     python bench/deepspeed.py sim --gpu H200 --repeat 3 --real r1.json r2.json --out OUT   # pooled samples
+    python bench/deepspeed.py sim --real r1.json r2.json r3.json --runs-from OUT.json --out OUT2   # no new runs
     python bench/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
     python bench/deepspeed.py args z2-1b-lion --dir /tmp/x   # one config's script and arguments
 
@@ -265,7 +266,10 @@ def cmd_sim(args: argparse.Namespace) -> None:
     configs = [c for c in select(args.configs, nproc) if c.name in real_rows]
     launcher = phantom_cmd(args.phantom) + ["run", "--quiet", "--nproc-per-node", str(nproc), "--gpu", args.gpu, "--"]
     runs: dict[str, list[dict]] = {}
-    for _ in range(args.repeat):  # rounds: each config once a round, so a slow spell hits all
+    if args.runs_from:  # the phantom runs of an earlier `sim`, against these real files
+        earlier = json.loads(Path(args.runs_from).read_text())
+        runs, args.repeat = earlier["runs"], earlier["repeat"]
+    for _ in range(0 if args.runs_from else args.repeat):  # rounds: a slow spell hits every config
         for row in run_configs(launcher, configs, optimizer, args.timeout, None):
             runs.setdefault(row["config"]["name"], []).append(row)
     lines = [f"Real: {meta.get('device')}, torch {meta.get('torch')}, {meta.get('date', '')[:10]}, "
@@ -371,6 +375,8 @@ def main() -> None:
     p.add_argument("--real", required=True, nargs="+",
                    help="real result file(s) of `real`: several are pooled, each config's median over them")
     p.add_argument("--repeat", type=int, default=1, help="phantom runs of each config (rounds)")
+    p.add_argument("--runs-from", metavar="JSON",
+                   help="an earlier `sim`'s JSON: its phantom runs against these real files, none run")
     p.add_argument("--out", required=True)
     p.add_argument("--gpu", default="H200")
     p.add_argument("--configs")
