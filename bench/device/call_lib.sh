@@ -29,9 +29,25 @@ setup_torchtitan() {
 # TORCH_CUDA_ARCH_LIST without the lent image's arch suffixes ("9.0a" -> "9.0"), which
 # DeepSpeed 0.19.8's builder cannot parse (bench/deepspeed.py deepspeed_arch_list); a step
 # mark in the log; at most 120 s of the call.
-build_fused_adam() {
+deepspeed_arch_list() {
   local arch=${TORCH_CUDA_ARCH_LIST:-}
   [ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
+  return 0
+}
+build_fused_adam() {
+  deepspeed_arch_list
   step build-fused-adam
   timeout $(left 120) python -c "from deepspeed.ops.op_builder import FusedAdamBuilder; FusedAdamBuilder().load(verbose=False)" >> $log 2>&1
+}
+# Several DeepSpeed ops at once, one nvcc build each in parallel (`build_ds_ops FusedAdamBuilder
+# FusedLionBuilder`): their output in $W/build.log, a `built NAME` line each in $log.
+build_ds_ops() {
+  deepspeed_arch_list
+  step build-ops
+  local b
+  for b in "$@"; do
+    timeout $(left 150) python -c "from deepspeed.ops.op_builder import $b; $b().load(verbose=False); print('built $b')" >> $W/build.log 2>&1 &
+  done
+  wait
+  grep -E "^built|Error" $W/build.log >> $log
 }

@@ -7,14 +7,7 @@
 # Usage: bash bench/device/h200_ds_optimizers_again_s46.sh
 CALL_BUDGET_S=400 source bench/device/call_lib.sh
 record_env
-arch=${TORCH_CUDA_ARCH_LIST:-}
-[ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
-step build-ops
-for b in FusedAdamBuilder FusedLionBuilder FusedLambBuilder; do
-  timeout $(left 150) python -c "from deepspeed.ops.op_builder import $b; $b().load(verbose=False); print('built $b')" >> $W/build.log 2>&1 &
-done
-wait
-grep -E "^built|Error" $W/build.log >> $log
+build_ds_ops FusedAdamBuilder FusedLionBuilder FusedLambBuilder
 step probes
 timeout $(left 60) python bench/data/session46/optimizer_step_wrapper_ab.py > $W/wrapper_ab.txt 2>&1
 timeout $(left 60) python bench/data/session46/record_function_ab.py > $W/record_function_ab.txt 2>&1

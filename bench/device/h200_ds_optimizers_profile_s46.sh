@@ -7,14 +7,7 @@
 # GPU busy against phantom's. Carry .whl. Usage: bash bench/device/h200_ds_optimizers_profile_s46.sh
 CALL_BUDGET_S=420 source bench/device/call_lib.sh
 record_env
-arch=${TORCH_CUDA_ARCH_LIST:-}
-[ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
-step build-ops
-for b in FusedAdamBuilder FusedLionBuilder FusedLambBuilder; do
-  timeout $(left 150) python -c "from deepspeed.ops.op_builder import $b; $b().load(verbose=False); print('built $b')" >> $W/build.log 2>&1 &
-done
-wait
-grep -E "^built|Error" $W/build.log >> $log
+build_ds_ops FusedAdamBuilder FusedLionBuilder FusedLambBuilder
 for c in 2000x16K bf16-flat-100M flat-100M; do
   step "profile lion $c"
   timeout $(left 60) python bench/kernels/deepspeed_optimizers.py profile lion $c --out $W/prof_lion_$c.json > $W/prof_lion_$c.log 2>&1

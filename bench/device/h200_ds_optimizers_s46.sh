@@ -6,14 +6,7 @@
 # two rounds. Carry .whl. Usage: bash bench/device/h200_ds_optimizers_s46.sh
 CALL_BUDGET_S=560 source bench/device/call_lib.sh
 record_env
-arch=${TORCH_CUDA_ARCH_LIST:-}
-[ -n "$arch" ] && export TORCH_CUDA_ARCH_LIST=$(echo "$arch" | sed -E 's/([0-9]+\.[0-9]+)[a-z]+/\1/g')
-step build-ops
-for b in FusedAdamBuilder FusedLionBuilder FusedLambBuilder; do
-  timeout $(left 150) python -c "import time; t=time.time(); from deepspeed.ops.op_builder import $b; $b().load(verbose=False); print('built $b', round(time.time()-t, 1), 's')" >> $W/build_$b.log 2>&1 &
-done
-wait
-cat $W/build_*.log | grep -E "^built|Error" >> $log
+build_ds_ops FusedAdamBuilder FusedLionBuilder FusedLambBuilder
 step kernels
 timeout $(left 150) python bench/kernels/deepspeed_optimizers.py --out $W/ds_optimizers_real.json >> $log 2>&1
 for r in 1 2; do

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 from phantom.engine.pace import PACE_FILE_ENV, PaceProcess
 from phantom.launcher.config import ENV_VAR, RunConfig
@@ -112,35 +113,42 @@ RANK_STOP_GRACE_S = 10.0
 def _run_rank(env: dict, log_path: Path | None) -> int:
     """Run the one rank to its end; its exit status as a shell gives it (128 + N when signal N
     ended it). A Ctrl-C from the terminal reaches the rank too, which prints its summary and
-    ends; one sent to phantom alone does not, so after a grace period the rank is stopped.
-    Ctrl-C leaves no process behind either way."""
+    ends; one sent to phantom alone does not, so after a grace period the rank is stopped. A
+    `kill` (SIGTERM) is sent to phantom alone: the rank is stopped at once (it went on
+    simulating, orphaned). Either leaves no process behind."""
     pipe = subprocess.PIPE if log_path is not None else None
     if log_path is not None:
         env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
-    with _signals_handled() as targets, contextlib.ExitStack() as stack:
-        proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=pipe, stderr=pipe)
-        targets.append(proc)
-        readers = []
-        if log_path is not None:
-            log = stack.enter_context(open(log_path, "ab"))
-            readers = [threading.Thread(target=_pump, args=(stream, sink, "", log), daemon=True)
-                       for stream, sink in ((proc.stdout, sys.stdout.buffer), (proc.stderr, sys.stderr.buffer))]
-            for t in readers:
-                t.start()
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            _stop(proc)
-            code = 130
-        finally:
-            for t in readers:
-                t.join(timeout=5)
+    restore = _interrupts_raise()
+    try:
+        with contextlib.ExitStack() as stack:
+            proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=pipe, stderr=pipe)
+            readers = []
+            if log_path is not None:
+                log = stack.enter_context(open(log_path, "ab"))
+                readers = [threading.Thread(target=_pump, args=(stream, sink, "", log), daemon=True)
+                           for stream, sink in ((proc.stdout, sys.stdout.buffer),
+                                                (proc.stderr, sys.stderr.buffer))]
+                for t in readers:
+                    t.start()
+            try:
+                code = proc.wait()
+            except KeyboardInterrupt as e:
+                _stop(proc, grace_s=0.0 if isinstance(e, Terminated) else RANK_STOP_GRACE_S)
+                raise
+            finally:
+                for t in readers:
+                    t.join(timeout=5)
+    except KeyboardInterrupt as e:
+        return _interrupted_status(e)
+    finally:
+        restore()
     return 128 - code if code < 0 else code
 
 
-def _stop(proc: subprocess.Popen) -> None:
+def _stop(proc: subprocess.Popen, grace_s: float) -> None:
     try:
-        proc.wait(timeout=RANK_STOP_GRACE_S)
+        proc.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         proc.terminate()
         try:
@@ -150,31 +158,33 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-@contextlib.contextmanager
-def _signals_handled():
-    """A `kill` of phantom (SIGTERM: a job scheduler's cancel, a CI timeout) ends the processes
-    put in the yielded list too: SIGTERM is sent to phantom alone, and a one-process run's rank
-    went on simulating with nobody to report to. Ctrl-C raises KeyboardInterrupt here even where
-    whoever started phantom left SIGINT ignored (a shell's background job, a test runner's
-    worker). Signal handlers can only be set on the main thread: `launch` called from another
-    one changes none."""
-    targets: list[subprocess.Popen] = []
+class Terminated(KeyboardInterrupt):
+    """SIGTERM to the launcher: ends the run as Ctrl-C does, with the shell's status for it."""
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated
+
+
+def _interrupts_raise() -> Callable[[], None]:
+    """From here on Ctrl-C raises KeyboardInterrupt and a `kill` (SIGTERM: a job scheduler's
+    cancel, a CI timeout) raises Terminated, so the launcher ends its ranks either way, even
+    where whoever started phantom left SIGINT ignored (a shell's background job, a test
+    runner's worker). Returns what puts the handlers before back. Handlers can only be set on
+    the main thread: `launch` called from another one changes none."""
     if threading.current_thread() is not threading.main_thread():
-        yield targets
-        return
+        return lambda: None
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated)}
 
-    def forward(signum, frame) -> None:
-        for proc in targets:
-            if proc.poll() is None:
-                proc.terminate()
-
-    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, forward),
-                signal.SIGINT: signal.signal(signal.SIGINT, signal.default_int_handler)}
-    try:
-        yield targets
-    finally:
+    def restore() -> None:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+    return restore
+
+
+def _interrupted_status(e: KeyboardInterrupt) -> int:
+    return 128 + signal.SIGTERM if isinstance(e, Terminated) else 128 + signal.SIGINT
 
 
 # -- distributed runs --------------------------------------------------------------------
@@ -372,10 +382,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
         else:
             ranks.append(_start_rank(config, rank, env_of(rank), log_dir, server))
 
-    # Ctrl-C and `kill` both end the run with every rank; a shell that started phantom in
-    # the background may have left SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    restore_handlers = _interrupts_raise()  # Ctrl-C and `kill` both end the run with every rank
     interrupted = False
     try:
         if ray is None and os.environ.get(NO_FORK_SERVER) != "1":
@@ -389,7 +396,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
     except KeyboardInterrupt as e:
         print("phantom: interrupted; stopping all ranks", file=sys.stderr)
         interrupted = True
-        return 128 + signal.SIGTERM if isinstance(e, Terminated) else 130
+        return _interrupted_status(e)
     finally:
         if not interrupted:
             _let_exiting_ranks_finish(ranks)
@@ -409,6 +416,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
             ray.close()
         if not config.log_dir:
             shutil.rmtree(run_dir, ignore_errors=True)
+        restore_handlers()
 
 
 def _agent_store(host: str):
@@ -437,14 +445,6 @@ class _RankOutput:
             prefix = f"[rank{rank}]: ".encode() if self._config.tee == "all" else b""
             sink.write(prefix + line)
             sink.flush()
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM to the launcher: ends the run as Ctrl-C does, with the shell's status for it."""
-
-
-def _raise_terminated(signum, frame):
-    raise Terminated
 
 
 def _collective_op(requests):
