@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from phantom.cost import KernelCost
+from phantom.errors import capture_error
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine.power import governor_for
 from phantom.engine import Event, Timeline
@@ -134,14 +135,6 @@ class Iteration:
 class _StreamState:
     current: dict[int, Any] = field(default_factory=dict)
     default: dict[int, Any] = field(default_factory=dict)
-
-
-def capture_error(what: str) -> None:
-    """What CUDA answers when a capturing stream is asked to wait for the host or the host for
-    it (a sync, a blocking copy, a value read): the capture is invalidated."""
-    raise RuntimeError(f"CUDA error: operation not permitted when stream is capturing ({what} "
-                       f"during CUDA graph capture: on a GPU this fails too; move it out of the "
-                       f"captured region)")
 
 
 def _is_pinned(t: torch.Tensor) -> bool:

@@ -37,7 +37,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 
 from phantom.adapters.multi_tensor import StepCounters, multi_tensor_adam, multi_tensor_lion
 from phantom.interception.cuda_api import extension_kernel, node_call
-from phantom.interception.mode import SimulationError
+from phantom.errors import SimulationError
 
 # DeepSpeed op name (OpBuilder.NAME) -> factory of the simulated extension module.
 SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module", "fused_lion": "fused_lion_module",

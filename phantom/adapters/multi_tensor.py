@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from phantom.interception.cuda_api import extension_kernel
-from phantom.interception.mode import SimulationError
+from phantom.errors import SimulationError
 
 # Apex's csrc/multi_tensor_apply.cuh (copied into deepspeed/ops/csrc/{adam,lion}): one launch
 # takes at most MAX_TENSORS[depth - 1] tensors and MAX_BLOCKS chunks (a block per chunk).

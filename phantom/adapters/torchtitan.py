@@ -38,7 +38,7 @@ from typing import Any, Iterator
 import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
-from phantom.interception.mode import SimulationError
+from phantom.errors import SimulationError
 
 ASSETS = Path(__file__).resolve().parent / "assets" / "torchtitan"
 TOKENIZER = ASSETS / "tokenizer"

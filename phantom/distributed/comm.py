@@ -149,7 +149,7 @@ class RankComm:
     def _launch(self, group: GroupInfo) -> float:
         """Host side of an NCCL launch; returns when the NCCL stream can start it."""
         if self.sim.is_capturing():
-            from phantom.interception.mode import SimulationError
+            from phantom.errors import SimulationError
 
             # NCCL kernels can be captured on a GPU; here a replay would have to meet its peers'
             # replays at the coordinator, which is not built
@@ -252,7 +252,7 @@ class RankComm:
             self.sim.woke_up()
             return results
         except CoordinatorAborted as e:
-            from phantom.interception.mode import SimulationError
+            from phantom.errors import SimulationError
 
             raise SimulationError(f"phantom: the run was stopped: {e}") from None
 

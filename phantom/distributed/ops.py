@@ -26,7 +26,7 @@ _P2P_PACKETS = tuple(getattr(fc, name) for name in ("isend", "irecv", "batch_p2p
 def _group(name: Any) -> PhantomProcessGroup:
     pg = name if isinstance(name, dist.ProcessGroup) else dist.distributed_c10d._resolve_process_group(name)
     if not isinstance(pg, PhantomProcessGroup):
-        from phantom.interception.mode import SimulationError
+        from phantom.errors import SimulationError
 
         raise SimulationError(f"phantom: functional collective on group {name!r}, which is not "
                               "a simulated NCCL group (was it created with backend 'nccl'?)")
@@ -74,7 +74,7 @@ def _op_for(func, args: tuple, out) -> tuple[Op, Any]:
 
 
 def _unsupported(func):
-    from phantom.interception.mode import SimulationError
+    from phantom.errors import SimulationError
 
     return SimulationError(f"phantom: {func} is not simulated yet; please report it with the "
                            "script that calls it.")

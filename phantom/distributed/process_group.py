@@ -620,7 +620,7 @@ class PhantomProcessGroup(ProcessGroup):
         return self._issue(op, finish, list(tensors))
 
     def recv_anysource(self, tensors, tag: int = 0):
-        from phantom.interception.mode import SimulationError
+        from phantom.errors import SimulationError
 
         raise SimulationError("phantom: recv from any source is not supported by NCCL, and "
                               "not simulated; name the source rank.")
@@ -664,7 +664,7 @@ def _refuse_gloo_groups(c10d) -> None:
     def new_group(*args, **kwargs):
         backend = kwargs.get("backend", args[2] if len(args) > 2 else None)
         if backend is not None and "gloo" in str(backend).lower():
-            from phantom.interception.mode import SimulationError
+            from phantom.errors import SimulationError
 
             raise SimulationError(
                 "phantom: new_group(backend='gloo') is a real gloo group, which needs every "
@@ -772,7 +772,7 @@ class _FakeTensorPickler(pickle.Pickler):
         if not isinstance(obj, FakeTensor):
             return NotImplemented
         if obj.layout != torch.strided:
-            from phantom.interception.mode import SimulationError
+            from phantom.errors import SimulationError
 
             raise SimulationError(f"phantom: a {obj.layout} fake tensor cannot travel in an object "
                                   "collective (only strided ones are simulated there)")

@@ -106,7 +106,7 @@ def extension_kernel(name: str, nbytes: float, flops: float = 0.0, blocks: int |
     elementwise kernels; `blocks`, its grid, where it may leave SMs idle. The extension's own
     Python stand-in says what it reads and writes."""
     if _SIM is None or not simulated_thread():
-        from phantom.interception.mode import SimulationError
+        from phantom.errors import SimulationError
         raise SimulationError(f"phantom: the simulated CUDA extension kernel {name} was called outside "
                               "the simulation's host thread; it has no real kernel to run")
     _SIM.launch_extension_kernel(name, nbytes, flops, blocks)

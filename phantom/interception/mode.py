@@ -22,6 +22,7 @@ from torch._subclasses.fake_tensor import (
     UnsupportedOperatorException,
 )
 
+from phantom.errors import SimulationError
 from phantom.interception import data_reads
 
 if TYPE_CHECKING:
@@ -85,10 +86,6 @@ class _ThreadState(threading.local):
 
 
 _thread = _ThreadState()
-
-
-class SimulationError(RuntimeError):
-    """An error phantom raises into the user's script, with an actionable message."""
 
 
 def _is_cuda_device(device: Any) -> bool:

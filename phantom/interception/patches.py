@@ -392,7 +392,7 @@ def _data_across_viewed_tensor(tensor: torch.Tensor) -> None:
     `CPUOffload(offload_params=True)`, and a CPU model wrapped without `device_id`). Keeping
     the tensor where it was breaks FSDP's own checks of where its storage is (tried), so the
     run stops with what to change."""
-    from phantom.interception.mode import SimulationError
+    from phantom.errors import SimulationError
 
     where = "the simulated GPU to the CPU" if tensor.is_cuda else "the CPU to the simulated GPU"
     raise SimulationError(

@@ -105,7 +105,7 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
 def _finish_distributed(sim, exit_code: int) -> int:
     """Resolve what is still in flight, then tell the coordinator this rank is done."""
-    from phantom.interception.mode import SimulationError
+    from phantom.errors import SimulationError
 
     if exit_code == 0:
         try:

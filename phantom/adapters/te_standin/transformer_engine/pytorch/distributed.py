@@ -57,7 +57,7 @@ def checkpoint(function: Callable, *args: Any, distribute_saved_activations: boo
     saved input across TP, `distribute_saved_activations`, not simulated: refused), not in
     the GPU work, which is the forward twice."""
     if distribute_saved_activations:
-        from phantom.interception.mode import SimulationError
+        from phantom.errors import SimulationError
 
         raise SimulationError("phantom: Transformer Engine's checkpoint(distribute_saved_"
                               "activations=True) is not simulated; turn it off "

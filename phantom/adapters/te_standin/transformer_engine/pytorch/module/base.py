@@ -49,7 +49,7 @@ def warn_once(key: str, message: str) -> None:
 
 
 def refuse(message: str) -> None:
-    from phantom.interception.mode import SimulationError
+    from phantom.errors import SimulationError
 
     raise SimulationError(f"phantom: {message} (simulated Transformer Engine; README "
                           "'Megatron-Core').")

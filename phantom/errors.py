@@ -1,0 +1,18 @@
+"""The error types more than one package raises or catches.
+
+An error that only one module raises lives with that module (`KernelDBError` in cost/db.py,
+`ClusterConfigError` in network/cluster.py); the ones here cross package boundaries.
+"""
+from __future__ import annotations
+
+
+class SimulationError(RuntimeError):
+    """An error phantom raises into the user's script, with an actionable message."""
+
+
+def capture_error(what: str) -> None:
+    """What CUDA answers when a capturing stream is asked to wait for the host or the host for
+    it (a sync, a blocking copy, a value read): the capture is invalidated."""
+    raise RuntimeError(f"CUDA error: operation not permitted when stream is capturing ({what} "
+                       f"during CUDA graph capture: on a GPU this fails too; move it out of the "
+                       f"captured region)")
