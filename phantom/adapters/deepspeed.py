@@ -45,10 +45,10 @@ SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module", "fused_lion"
 
 # Host cost of one call into the extension on the node, beyond its kernel launches (each charged
 # HOST_KERNEL_LAUNCH_NS): pybind's conversion of the arguments, the checks, the allocations.
-# Measured on a lent H200 host (bench/kernels/deepspeed_optimizers.py, host rows, 2026-11-29,
-# data/session46/device_ds_optimizers_h200): `multi_tensor_lion` on lists of 1 / 64 / 512 tensors
-# took 9.28 / 37.7 / 243.6 us (1 / 2 / 11 launches): 4.9 us + 0.38 us a parameter (its three
-# list entries) + the launches; one `lamb` call (three launches) 27.3 us.
+# Measured on an H200 host by bench/kernels/deepspeed_optimizers.py (host rows; data in
+# bench/data/session46/device_ds_optimizers_h200): `multi_tensor_lion` on lists of 1 / 64 / 512
+# tensors took 9.28 / 37.7 / 243.6 us (1 / 2 / 11 launches): 4.9 us + 0.38 us a parameter (its
+# three list entries) + the launches; one `lamb` call (three launches) 27.3 us.
 LION_CALL_NS = 4_900.0
 LION_CALL_PER_TENSOR_NS = 127.0  # per tensor of the three lists
 LAMB_CALL_NS = 15_300.0

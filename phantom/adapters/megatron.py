@@ -63,7 +63,7 @@ def patch_clip_grads(module: ModuleType) -> None:
     # the norm read to the host exceeds `max_norm`. Under simulation that norm is the
     # placeholder 0.0, so the scaling (one multi-tensor scale: without Apex, a multiply and a
     # copy per gradient tensor) would never run. On real runs it does: every real Megatron run
-    # in bench/ logged norms of 2.8-13.6 against clip 1.0 (early training, where norms sit above
+    # of bench/megatron.py logged norms of 2.8-13.6 against clip 1.0 (early training, where norms sit above
     # the clip). So an unknown (0.0) norm counts as twice `max_norm`; optimizer.py binds this
     # function by name, so it is patched here, where it is defined, before that import.
     def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, *args, **kwargs):
@@ -106,9 +106,9 @@ def wgrad_gemm_accum(input: torch.Tensor, d_output: torch.Tensor, d_weight: torc
 
 # The extension call's own host work on the node: pybind11's conversion of three tensors and
 # the cuBLAS call's set-up, less the launch, which is charged with the GEMM as for any matmul
-# (context.py HOST_KERNEL_LAUNCH_NS + GEMM_EXTRA_HOST_NS). Not measured: the lent machines have
-# no Apex. Bounded by a whole eager torch op on CPU tensors (Python argument parsing, dispatch
-# and a tiny kernel) on the lent H200 host, 2.9 us (context.py).
+# (HOST_KERNEL_LAUNCH_NS + GEMM_EXTRA_HOST_NS). Not measured, as no GPU host measured had Apex;
+# bounded by a whole eager torch op on CPU tensors (Python argument parsing, dispatch and a tiny
+# kernel) on an H200 host, 2.9 us (bench/data/host_h200.json, as for HOST_KERNEL_LAUNCH_NS).
 APEX_WGRAD_CALL_NS = 2_900.0
 
 

@@ -23,10 +23,11 @@ MAX_BLOCKS = 320
 # bytes take, it only keeps the kernel's math honest in the roofline
 LION_FLOPS_PER_ELEMENT = 10.0
 # multi_tensor_lion.cu loads and stores one element at a time (no vector loads), and a narrower
-# type does not make it faster: on a lent H200, 100M bf16 elements took 0.561 ms a step and
-# 100M fp32 ones 0.551 ms (bench/kernels/deepspeed_optimizers.py, data/session46). Each
-# element of each list is charged at least this many bytes: effective bytes, the time of the
-# memory traffic it makes, not what it moves.
+# type does not make it faster: on an H200, 100M bf16 elements took 0.561 ms a step and
+# 100M fp32 ones 0.551 ms (measured by bench/kernels/deepspeed_optimizers.py, data in
+# bench/data/session46/device_ds_optimizers_h200). Each element of each list is charged at
+# least this many bytes: effective bytes, the time of the memory traffic it makes, not what it
+# moves.
 LION_MIN_ELEMENT_BYTES = 4
 
 

@@ -7,11 +7,10 @@ pointwise function. Called with autograd off (inside the Function), phantom pric
 the one fused kernel Inductor makes of it, at the node's cost of a compiled call
 (interception/compiled.py `install`).
 
-Compiling the rotation itself with autograd on, as this module did before session 39, is not
-TE's path: each call then ran Dynamo's guards and AOTAutograd's runtime wrappers forward and
-backward, ~200 us of host time a call on a GPU host (bench/README.md, "Host side"), where TE
-spends one extension call; with two calls a layer that made the published Megatron rows
-host-bound under phantom.
+The rotation is not compiled with autograd on: each call would then run Dynamo's guards and
+AOTAutograd's runtime wrappers forward and backward, ~200 us of host time a call on a GPU host
+(bench/host_compiled_call.py --training times such calls), where TE spends one extension call;
+at two calls a layer that makes large Megatron configurations host-bound.
 """
 from __future__ import annotations
 
