@@ -14,30 +14,30 @@ GIB = 1024**3
 
 # How fast the GPU node's host runs PyTorch's framework code: nanoseconds for the tiny CPU
 # training step of phantom.engine.host.training_step (`python -m phantom.engine.host` on the
-# node; fastest of repeated runs: these VMs' hosts change speed up to 2x, as does any shared
-# host). Measured on this project's lent machines, torch 2.11, 2026-11-22
-# (bench/data/host_reference_*.json). A preset whose host was never measured takes the
-# lent H200's host, a current Xeon server.
+# node; fastest of repeated runs, as a cloud GPU host changes speed up to 2x like any shared
+# host). Measured on an H200 and an H100 node with torch 2.11, data in
+# bench/data/host_reference_*.json. A preset whose host was never measured takes the H200
+# node's host, a current Xeon server.
 H200_HOST_STEP_NS = 603_441.0
 H100_HOST_STEP_NS = 700_833.0
 # How far below that fastest speed a GPU node's host runs on average: the median of the mean
 # slowdowns of the pure-Python probe of bench/host_flicker.py, run back to back for 10-15 s on
-# the lent hosts (one value per probing core; the files are listed in bench/host_pairs.py). One
-# value for every preset: the H100 hosts' runs are the higher (median 1.67 against 1.32), but
-# their real host-bound steps are not slower by that: over 13 pairs of real runs of the same
+# H200 and H100 nodes (one value per probing core; the files are listed in bench/host_pairs.py).
+# One value for every preset: the H100 hosts' runs are the higher (median 1.67 against 1.32),
+# but their real host-bound steps are not slower by that: over 13 pairs of real runs of the same
 # host-bound suite on an H100 and an H200 host, the H100 step took 1.09x the H200 one (median;
-# 0.93-1.26), where per-kind values made the simulated H100 host 1.40x slower, above every
-# pair, and one value makes it 1.16x (the reference steps' ratio); bench/host_pairs.py.
+# 0.93-1.26), where per-kind values made the simulated H100 host 1.40x slower, above every pair,
+# and one value makes it 1.16x (the reference steps' ratio); bench/host_pairs.py.
 HOST_FLICKER_MEAN_SLOWDOWNS = (
-    1.32, 1.55, 1.34, 1.32, 1.20, 1.24,  # lent H200 hosts (one and two GPUs)
-    1.92, 1.45, 1.59, 1.87, 1.58, 2.15, 1.39, 1.74,  # lent H100 hosts (one and two GPUs)
+    1.32, 1.55, 1.34, 1.32, 1.20, 1.24,  # H200 hosts (one and two GPUs)
+    1.92, 1.45, 1.59, 1.87, 1.58, 2.15, 1.39, 1.74,  # H100 hosts (one and two GPUs)
 )
 HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 # How far apart the ranks of one real multi-GPU step run on the host: every rank runs the same
-# Python, yet on the lent hosts one rank's host work in a step takes 2-13% longer than the
+# Python, yet on real GPU hosts one rank's host work in a step takes 2-13% longer than the
 # ranks' mean (mostly the same rank, run after run), and the step ends when the slowest rank's
 # work is done. Each value is one real run that recorded every rank's host time per step
-# (tensor-parallel GPTs and the SD UNet under DDP; two lent 2 x H200 hosts, one 2 x H100, and a
+# (tensor-parallel GPTs and the SD UNet under DDP; two 2 x H200 hosts, one 2 x H100, and a
 # 4 x H100 host with 2 and with 4 ranks): the spread sigma of a lognormal rank host time that
 # gives its mean slowest-to-mean ratio (bench/rank_host_spread.py, which reads the files).
 # phantom.engine.host.straggler_pace turns the median into the pace of a node's slowest rank;
@@ -101,8 +101,9 @@ class GPUSpec:
 
 # Total memory values are what the CUDA driver reports (cudaMemGetInfo total, which is what
 # torch.cuda.get_device_properties().total_memory returns), slightly below nvidia-smi's
-# figure. H100 and H200: measured on this project's lent GPUs (torch 2.11, driver
-# 580.159.04, 2026-11-22). A100: nvidia-smi's MiB figure (no A100 measured yet).
+# figure. H100 and H200: measured, as bench/kernels/measure.py records it (`memory_bytes` in
+# bench/kernels/results/kernels_{H100,H200}.json). A100: nvidia-smi's MiB figure (no A100
+# measured).
 _PRESETS: dict[str, GPUSpec] = {
     "H100": GPUSpec(
         name="H100",

@@ -15,10 +15,10 @@ its database rate, a convolution's that of a GEMM at the database's clock. Lower
 a factor s (0 < s <= 1) stretches the clock-bound part of a compute kernel by 1/s and scales its
 compute power by s ** clock_exponent (dynamic power f * V^2 with the voltage falling with f).
 
-The numbers below were measured on this project's lent H100 SXM (700 W limit, driver
-580.159.04, torch 2.11, 2026-11-24; bench/kernels/power_probe.py and power_dynamics.py, data in
-bench/kernels/results/power_*_H100.json, analysis in bench/README.md "Power limit"). Reading
-only: no setting of the board was changed.
+The numbers below were measured on an H100 SXM at its 700 W limit by bench/kernels/power_probe.py
+and power_dynamics.py, data in bench/kernels/results/power_probe_H100.json and
+power_dynamics_H100.json (the board, driver and torch are recorded inside). Reading only: no
+setting of the board was changed.
 """
 from __future__ import annotations
 
@@ -37,6 +37,25 @@ class PowerModel:
     source: str
 
 
+# Note [Database GEMM clock]
+# ~~~~~~~~~~~~~~~~~~~~~~~~~~
+# The kernel database times a row as cost/profile/timing.py does: CUDA-graph replays back to
+# back, after a second of big GEMMs to ramp the clock. A compute-bound row so carries the SM
+# clock the power limit allows a long stream of that kernel, not the burst clock a GEMM runs at
+# between the memory-bound kernels of a training step. engine/power.py takes each GEMM to the
+# burst clock by `gemm_db_clock_share` and lowers the clock again only where the simulated
+# kernel mix draws more than the limit.
+#
+# Measured by bench/kernels/gemm_clock.py on an H100 (data in
+# bench/data/session35/device_gemm_clock_h100/gemm_clock_H100.json): 21 bf16 GEMMs (Llama 3
+# 8B's at 8192 tokens, squares of 2048-16384) timed after 1 s idle (SM clock 1980 MHz) took
+# 0.912 (0.84-0.96) of their database-style time, and 0.911 (0.90-0.93) of a 0.6 s back-to-back
+# stream's (1490-1690 MHz). The same GEMMs inside a traced torchtitan step ran within -4..+10%
+# of the idle-start times (mean +2%). Attention rows are not moved: in two traced steps (H100,
+# 4 x H200) flash attention ran at 1.03x and 1.01x its database time, and a stream of it draws
+# about the limit. Convolution rows were never compared and keep their times. A change of the
+# database's timing method must re-measure the share.
+
 # Measured on the H100 SXM above:
 #   base_w: 134 W idle with the clock held up after load (49 C) and 157 W as the intercept of
 #     board power against busy SMs at the full clock; 150 W is taken.
@@ -46,14 +65,7 @@ class PowerModel:
 #     patterns): below the limit power rises 13.7 (10.6) W per busy SM at the full clock; at the
 #     limit the per-SM rate falls, and dynamic power against that rate gives exponents 2.6-3.5,
 #     median 2.9 over the eight capped points.
-#   gemm_db_clock_share: 21 bf16 GEMMs (Llama 3 8B's at 8192 tokens, squares of 2048-16384;
-#     a second lent H100, 2026-11-28, bench/kernels/gemm_clock.py, data in
-#     bench/data/session35/) timed after 1 s idle (SM clock 1980 MHz) and as the database times
-#     them: 0.912 (0.84-0.96) of the database-style time; 0.911 (0.90-0.93) of a 0.6 s
-#     back-to-back stream's (1490-1690 MHz).
-#     The same GEMMs inside a traced torchtitan step ran within -4..+10% of the idle-start times
-#     (mean +2%). Attention is not moved: in two traced steps (H100, 4 x H200) flash attention
-#     ran at 1.03x and 1.01x its database time (bench/README, Session 35).
+#   gemm_db_clock_share: see Note [Database GEMM clock] above.
 #   gemm_pj_per_flop: cuBLAS bf16 8192^3 back to back settles at 690 TFLOP/s and 695 W after
 #     ~100 ms; the kernel database has it at 730 TFLOP/s (1.506 ms), so 800 at the burst clock
 #     (GEMM phases of 2-50 ms between copies ran at 770-793). Its compute power at the burst
@@ -72,5 +84,5 @@ HOPPER_SXM = PowerModel(
     hbm_pj_per_byte=117.0,
     clock_exponent=2.9,
     window_ms=100.0,
-    source="measured on an H100 SXM at 700 W (bench/kernels/results/power_*_H100.json, 2026-11-24)",
+    source="measured on an H100 SXM at 700 W (bench/kernels/results/power_*_H100.json)",
 )
