@@ -259,12 +259,12 @@ def _residuals_from_dict(d: dict[str, Any]) -> GemmResiduals:
 # --------------------------------------------------------------------------------------
 SEED_GPU = "H100"
 
-# Public measurements the seed cites.
-H100_BF16_GEMM_ACHIEVED = 798.0 / 989.4  # this workplace's H100, 8192^3 bf16 on random data (KINDS.md, 2026-11-13)
-H100_COPY_ACHIEVED = 3000.0 / 3350.0  # this workplace's H100, D2D copy ~3.0 TB/s counting read+write (KINDS.md)
-H200_COPY_ACHIEVED = 4300.0 / 4800.0  # this workplace's H200, D2D copy ~4.3 TB/s (KINDS.md): same fraction
+# Measurements the seed cites.
+H100_BF16_GEMM_ACHIEVED = 798.0 / 989.4  # an H100's 8192^3 bf16 GEMM on random data
+H100_COPY_ACHIEVED = 3000.0 / 3350.0  # an H100's D2D copy, ~3.0 TB/s counting read+write
+H200_COPY_ACHIEVED = 4300.0 / 4800.0  # an H200's D2D copy, ~4.3 TB/s: the same fraction
 FA2_H100_UTILISATION = 0.35  # FlashAttention-3 paper (arXiv 2407.08608) abstract: FA2 reaches 35% of H100 peak
-LAUNCH_FLOOR_US = 2.5  # brief: ~2-3 us per kernel on H100 (back-to-back launch + tail)
+LAUNCH_FLOOR_US = 2.5  # assumed: ~2-3 us per kernel on H100 (back-to-back launch + tail)
 
 
 def seed_calibration() -> Calibration:
@@ -289,17 +289,17 @@ def seed_calibration() -> Calibration:
         transfer=TransferCal(floor_us=8.0, h2d_pinned_gbps=25.0, h2d_pageable_gbps=10.0, d2h_pinned_gbps=25.0,
                              d2h_pageable_gbps=10.0),
         notes={
-            "gemm.bf16.eff_max": "798 TFLOP/s of 989.4 at 8192^3 on this workplace's H100 (KINDS.md); "
+            "gemm.bf16.eff_max": "798 TFLOP/s of 989.4 at 8192^3 measured on an H100; "
                                  "ml-engineering MAMF table gives H100 SXM 792.1/989 = 80.1%",
             "gemm.fp16": "same tensor-core rate as bf16 (H100 datasheet)",
             "gemm.tf32/fp32/fp8/fp8_rowwise.eff_max": "assumption (no public measurement at hand)",
             "gemm shape params (k_half, tiles, wave_gamma, split_k_min), conv_scale": "assumption",
             "gemm.unaligned_scale": "assumption (~1/5; see GemmCurve)",
-            "memory.bw_eff": "3.0 TB/s of 3.35 (H100) and 4.3 of 4.8 (H200) D2D copy on this workplace's "
-                             "machines (KINDS.md): both 0.90 of datasheet",
+            "memory.bw_eff": "3.0 TB/s of 3.35 (H100) and 4.3 of 4.8 (H200) D2D copy measured on the two "
+                             "GPUs: both 0.90 of datasheet",
             "memory.b_sat": "assumption (~1.2 us latency x 3.35 TB/s)",
             "memory.sat_blocks": "assumption (one block per SM)",
-            "floor_us": "brief: launch floor ~2-3 us per kernel on H100",
+            "floor_us": "assumption: launch floor ~2-3 us per kernel on H100",
             "attention.eff_max": "FA3 paper abstract: FlashAttention-2 reaches 35% utilisation on H100 "
                                  "(fwd); bwd assumed 30%; divided by the seed's size factors at D=128",
             "transfer": "assumption (PCIe); measure.py measures it",

@@ -17,9 +17,9 @@ Method (same as bench/kernels/measure.py, whose grid `--sweep` runs through this
   * the median over repeats of (replay time / calls).
 
 The clock: rows are timed back to back after a second of big GEMMs, so a compute-bound row
-carries the SM clock the board's power limit allows a stream of it (measured: 0.912 of the
-burst clock's rate on GEMMs, bench/kernels/gemm_clock.py). engine/power.py takes such rows to
-the burst clock with that share; a change of this method must re-measure it.
+carries the SM clock the board's power limit allows a stream of it, and engine/power.py takes
+GEMM rows to the burst clock by a measured share: a change of this method must re-measure it
+(see Note [Database GEMM clock] in phantom/hardware/power.py).
 """
 from __future__ import annotations
 
