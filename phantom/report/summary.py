@@ -222,8 +222,9 @@ HOST_BOUND_BUSY = 0.9
 
 
 # The reference CPU step timed at start-up this many times its best here: a slow state of
-# PyTorch's C++ path that the pure-Python speed probe does not see (Session 40: 1.5-1.65x for
-# many minutes, the probe 1.1x). Below it, start-up noise (two ranks timing it at once: ~1.2x).
+# PyTorch's C++ path that the pure-Python speed probe does not see (it has held at 1.5-1.65x for
+# many minutes while the probe read 1.1x). Below it, start-up noise (two ranks timing it at
+# once: ~1.2x).
 TORCH_PATH_SLOW = 1.4
 
 
