@@ -24,12 +24,12 @@ from phantom.engine.timeline import LAUNCH_LATENCY_NS
 if TYPE_CHECKING:
     from phantom.context import Simulation
 
-# Host cost of issuing one collective through ProcessGroupNCCL beyond the Python the
-# simulation measures: the C++ work object, two CUDA event records, a stream wait and the
-# ncclGroupStart/End + kernel launch. Measured on the lent 2 x H200 host
-# (bench/collective_host_cost.py): a call straight on the ProcessGroup takes 18-22 us at the
-# host's best for every collective; under phantom the same call already measures ~4-5 us
-# (pybind, the c10d dispatcher op), so this adds the rest.
+# Host cost of issuing one collective through ProcessGroupNCCL beyond the Python the simulation
+# measures: the C++ work object, two CUDA event records, a stream wait and the
+# ncclGroupStart/End + kernel launch. Measured on a 2 x H200 host by
+# bench/collective_host_cost.py (data in bench/data/collective_host_cost/): a call straight on
+# the ProcessGroup takes 18-22 us at the host's best for every collective; under phantom the
+# same call already measures ~4-5 us (pybind, the c10d dispatcher op), so this adds the rest.
 COLLECTIVE_HOST_NS = 15_000.0
 
 
