@@ -11,12 +11,13 @@ one byte of a different 32-byte sector for every element of a row. Sectors leave
 next rows fill them in, and each such store costs about a sector's traffic, where a plain store
 costs its own bytes.
 
-Measured (bench/kernels/mix_order_probe.py, bench/README 'Session 37'): a float8 block's norm
-backward with 1-3 transposed casts took 13-18 ps an element a cast more than the same kernel
-without them on an H100, at 3 sizes, and 13-15 ps on an H200, whose memory is 1.4x as fast: the
-cost does not follow memory bandwidth but the SMs and L2, which the two share (132 SMs at
-1,980 MHz). So it is charged per element in SM cycles: 15 ps x 132 SMs x 1.98 GHz = 3.9. A
-transposed store in a kernel that tiles rows and columns (a pointwise kernel) costs about its
+Measured by bench/kernels/mix_order_probe.py (data in
+bench/data/session37/device_mix_order_probe_{h100,h200}/mix_order_probe.json): a float8 block's
+norm backward with 1-3 transposed casts took 13-18 ps an element a cast more than the same
+kernel without them on an H100, at 3 sizes, and 13-15 ps on an H200, whose memory is 1.4x as
+fast: the cost does not follow memory bandwidth but the SMs and L2, which the two share (132
+SMs at 1,980 MHz). So it is charged per element in SM cycles: 15 ps x 132 SMs x 1.98 GHz = 3.9.
+A transposed store in a kernel that tiles rows and columns (a pointwise kernel) costs about its
 own bytes and is not charged more here.
 """
 from __future__ import annotations

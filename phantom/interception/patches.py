@@ -269,25 +269,22 @@ def _patch_fake_gpu_context() -> None:
 
 
 def _patch_native_fake_device() -> None:
-    """A FakeTensor (torch/_subclasses/fake_tensor.py) is made with `dispatch_device=True`, so
-    every C++ read of its device dispatched prim.device into Python: ~75% of all handler
-    entries, phantom's own time the host model had to estimate and take back off the gaps
-    (fake_cuda.cpp says more). Here the tensor's device lives in c10's C++ fake-device slot,
-    set whenever FakeTensor's `fake_device` is (phantom_set_fake_device), and C++ reads it
-    like a real tensor's.
+    """A FakeTensor's device lives in c10's C++ fake-device slot, set whenever FakeTensor's
+    `fake_device` is (phantom_set_fake_device), so C++ reads it like a real tensor's instead of
+    dispatching prim.device into Python (see Note [Fake device slot] in
+    phantom/native/fake_cuda.cpp).
 
-    While FakeTensorMode runs a meta kernel on fake tensors, the kernel must see them on the
-    meta device (FakeTensor.__torch_dispatch__'s prim.device answer under
-    `in_kernel_invocation`). Every such span (`in_kernel_invocation_manager`, wherever it is
-    imported) turns the meta dispatch key on in the thread's local key set inside a guard that
-    restores the set; excluding the Fake key at the same point makes the slot answer meta
-    there and only there. Python's `tensor.device` is FakeTensor's own property, unchanged."""
+    A meta kernel must see the fake tensors on the meta device. Every span that runs one
+    (`in_kernel_invocation_manager`, wherever it is imported) turns the meta dispatch key on in
+    the thread's local key set inside a guard that restores the set; excluding the Fake key at
+    the same point makes the slot answer meta there and only there. Python's `tensor.device` is
+    FakeTensor's own property, unchanged."""
     from phantom.native.build import fake_device_functions
     from torch._subclasses.fake_tensor import FakeTensor
 
     functions = fake_device_functions()
     if functions is None:
-        return  # no native library in this process (unit tests): Python answers, as before
+        return  # no native library in this process (unit tests): Python answers
     set_fake_device, exclude_fake_key = functions
     fake_device = FakeTensor.fake_device
     device_types = {"cpu": 0, "cuda": 1}

@@ -23,7 +23,7 @@
 //
 // phantom_set_storage_address gives a fake CUDA storage the address phantom's caching
 // allocator model placed it at; phantom_set_fake_device and phantom_exclude_fake_key let C++
-// read a fake tensor's device without calling into Python (see their comments).
+// read a fake tensor's device without calling into Python (see Note [Fake device slot]).
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/core/TensorImpl.h>
@@ -276,22 +276,28 @@ extern "C" int phantom_set_storage_address(void* storage_impl, uintptr_t address
   return 1;
 }
 
+// Note [Fake device slot]
+// ~~~~~~~~~~~~~~~~~~~~~~~
 // A Python FakeTensor reports its device through the python_custom_device policy: every
 // `tensor.device()` read in C++ (autograd recording each op's inputs, the engine checking
 // every gradient, the foreach optimizers grouping tensors by device) calls into Python and
 // dispatches prim.device, ~75% of all dispatches of a training step, 6-20 us each on a slow
 // host where a real tensor answers from a field. That time is phantom's, not the script's,
-// and taking it off the measured host gaps (a mean cost per entry, clipped at zero) charged
-// too much host time in code full of such reads (Megatron's local spec: ~35,000 an
-// iteration, bench/README.md, Session 28).
+// and taking it off the measured host gaps (a mean cost per entry, clipped at zero) charges
+// too much host time in code full of such reads (Megatron's local spec makes ~35,000 an
+// iteration).
 //
 // c10's own C++ fake-device slot (TensorImpl::set_fake_device, added for a C++ FakeTensor)
 // answers device() from the tensor itself, and answers the meta device instead while the
-// Fake dispatch key is excluded in this thread. This keeps the slot and drops what else
+// Fake dispatch key is excluded in this thread. phantom keeps the slot and drops what else
 // set_fake_device does for that C++ mode: the Fake key is taken out of the tensor's key set
-// (no kernel is registered for it; the Python key routes the tensor's ops, as before), and
-// the Python device policy is turned off. `impl` is the TensorImpl* Python exposes as
-// Tensor._cdata; `type`, `index`: the c10::Device. Returns 1.
+// (no kernel is registered for it; the Python key still routes the tensor's ops), and the
+// Python device policy is turned off.
+//
+// FakeTensorMode runs an op's meta kernel on the fake tensors themselves, and the kernel must
+// see them on the meta device (in Python that is FakeTensor.__torch_dispatch__'s prim.device
+// answer under in_kernel_invocation). Excluding the Fake key in this thread for that span
+// makes the slot answer meta; the caller's dispatch-key guard restores it.
 #ifdef PHANTOM_FAKE_DEVICE_SLOT  // build.py: c10 has TensorImpl::set_fake_device
 namespace {
 // key_set_ is protected: a pointer to it formed inside a derived class is legal C++
@@ -300,6 +306,8 @@ struct TensorImplAccess : c10::TensorImpl {
 };
 }  // namespace
 
+// Sets the slot (see Note [Fake device slot]): `impl` is the TensorImpl* Python exposes as
+// Tensor._cdata; `type`, `index`: the c10::Device. Returns 1.
 extern "C" int phantom_set_fake_device(void* impl, int type, int index) {
   auto* tensor = static_cast<c10::TensorImpl*>(impl);
   if (tensor == nullptr || type == static_cast<int>(c10::DeviceType::Meta)) return 0;
@@ -311,10 +319,7 @@ extern "C" int phantom_set_fake_device(void* impl, int type, int index) {
   return 1;
 }
 
-// FakeTensorMode runs an op's meta kernel on the fake tensors themselves, and the kernel
-// must see them on the meta device (in Python that is FakeTensor.__torch_dispatch__'s
-// prim.device answer under in_kernel_invocation). Excluding the Fake key in this thread for
-// that span makes the slot above answer meta; the caller's dispatch-key guard restores it.
+// Excludes the Fake key in this thread while a meta kernel runs (see Note [Fake device slot]).
 extern "C" void phantom_exclude_fake_key(int on) {
   c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::Fake, on != 0);
 }
