@@ -3,19 +3,15 @@
 A GPU's power controller holds the board's power, averaged over roughly a tenth of a second,
 at or under its limit by lowering the SM clock (measured: hardware/power.py).
 
-The kernel database times a row back to back after a second of big GEMMs (cost/profile/
-timing.py), so a GEMM's row carries the clock the limit allows a stream of such GEMMs, not the
-burst clock a GEMM runs at between memory-bound kernels in a training step: measured on 21
-GEMMs, a row's time is 1 / `PowerModel.gemm_db_clock_share` (1.10x) its time at the burst
-clock (bench/kernels/gemm_clock.py), and the GEMMs of traced training steps ran at the burst
-clock's times. Attention's rows need no such move (traced steps ran them at their database
-times; a stream of flash attention draws about the limit), and convolutions' were never
-compared. `PowerGovernor` takes each GEMM to the burst clock by that share, keeps an
-exponentially weighted account of what the kernels placed on one simulated GPU asked for over
-the controller's window, finds the clock scale s <= 1 at which that mix would draw exactly the
-limit, and stretches the clock-bound part of each compute kernel by 1/s. A long stream of one
-GEMM so comes back to about its database time; a step that leaves the board under its limit
-runs its GEMMs at the burst clock.
+A GEMM's database row carries the clock the limit allows a long stream of such GEMMs, not the
+burst clock a GEMM runs at between memory-bound kernels in a training step
+(see Note [Database GEMM clock] in hardware/power.py). `PowerGovernor` takes each GEMM to the
+burst clock by `PowerModel.gemm_db_clock_share` (a row's time is 1.10x its burst-clock time),
+keeps an exponentially weighted account of what the kernels placed on one simulated GPU asked
+for over the controller's window, finds the clock scale s <= 1 at which that mix would draw
+exactly the limit, and stretches the clock-bound part of each compute kernel by 1/s. A long
+stream of one GEMM so comes back to about its database time; a step that leaves the board under
+its limit runs its GEMMs at the burst clock.
 
 Only kernels that occupy the SMs are accounted (Timeline.launch); NCCL kernels and copy-engine
 transfers count as idle time at the board's base power, an underestimate of their draw.
