@@ -187,7 +187,8 @@ FP8_DTYPES = frozenset(d for d in (getattr(torch, n, None) for n in (
 # the HBM's nominal bandwidth: the epilogue runs after its tile's mainloop, not beside it. On a
 # real H100 an fp32 C accumulated into (beta = 1) added a median 0.98x (quartiles 0.76-1.30x)
 # of its 6 extra bytes per element at 3.35 TB/s to 48 wgrad GEMMs of 1-12k x 1-10k x 2-16k
-# (bench/kernels/measure.py --only gemm_wide_c, bench/data/session27/); the mainloop's overlap
+# (measured by bench/kernels/measure.py --only gemm_wide_c, data in
+# bench/data/session27/device_wide_c_live_h100/wide_c_round{1,2}.json); the mainloop's overlap
 # with it was never more than this noise.
 EPILOGUE_EXPOSED = 1.0
 FLASH_TILE = 128  # flash-attention q/k block: causal work is counted at this granularity
