@@ -1,4 +1,9 @@
-"""The `phantom` command: `phantom run`, `phantom gpus`, `phantom clusters`."""
+"""The `phantom` command: `phantom run` and its siblings (USAGE lists them).
+
+`phantom run`'s options are declared once, as fields of RunConfig (phantom/launcher/config.py);
+this module builds the parser from them, checks their values and resolves the defaults that
+depend on other options (`resolve_defaults`).
+"""
 from __future__ import annotations
 
 import argparse
@@ -9,19 +14,15 @@ import sys
 
 from phantom.hardware.gpus import UnknownGPUError, get_gpu, list_gpus
 from phantom.launcher import RunConfig, launch
+from phantom.launcher.config import (AUTO_RANKS_ABOVE, add_options, default_text, field_docs,
+                                     flag_of, option_fields, options_with_value)
 
 
 class UsageError(Exception):
     pass
 
 
-# Above this many ranks, `phantom run` runs one process per class of equivalent ranks.
-AUTO_RANKS_ABOVE = 8
-HOST_PACES = ("auto", "probe", "process")  # --host-pace (launcher.launch.pace_mode)
-HOST_PACE_ENV = "PHANTOM_HOST_PACE"  # its default where the option is not given
-
-
-def _run_parser() -> argparse.ArgumentParser:
+def run_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="phantom run",
         description="Run a PyTorch script as if on the chosen GPU; its own logs print "
@@ -29,100 +30,44 @@ def _run_parser() -> argparse.ArgumentParser:
         usage="phantom run [options] [--] SCRIPT.py [ARGS...]\n"
               "       phantom run [options] -m MODULE [ARGS...]",
     )
-    p.add_argument("--gpu", default=None,
-                   help="GPU preset (see `phantom gpus`); default: the cluster's GPU, else H100")
-    p.add_argument("--vram-gib", type=float, default=None,
-                   help="override the GPU's memory size in GiB (e.g. to test an OOM)")
-    p.add_argument("--power-limit", type=float, default=None, metavar="WATTS",
-                   help="the GPUs' power limit in W (default: the preset's, e.g. 700 for H100); "
-                        "modelled for Hopper GPUs, whose draw was measured")
-    p.add_argument("--report", metavar="PATH", help="write the run report as JSON to PATH")
-    p.add_argument("--quiet", action="store_true", help="no progress or summary on stderr")
-    p.add_argument("--on-data-read", choices=("placeholder", "error"), default="placeholder",
-                   help="what reading a CUDA tensor's value does (default: placeholder value)")
-    p.add_argument("--nproc-per-node", type=int, default=None,
-                   help="ranks (GPUs) per node, as torchrun; default: the cluster's, else 1")
-    p.add_argument("--nnodes", type=int, default=None,
-                   help="number of nodes, as torchrun; default: the cluster's, else 1")
-    p.add_argument("--cluster", metavar="PRESET|FILE.toml", default=None,
-                   help="the simulated cluster (see `phantom clusters`; docs/clusters.md); "
-                        "default: one node with NVLink")
-    p.add_argument("--tee", choices=("0", "all"), default="0",
-                   help="whose output to show: rank 0's (default) or every rank's, prefixed")
-    p.add_argument("--log-dir", metavar="DIR", default=None,
-                   help="also write each rank's output to DIR/rank<N>.log")
-    p.add_argument("--ranks", default=None, metavar="auto|all|R,R,...",
-                   help="which ranks run as processes: 'all', 'auto' (one per class of "
-                        "equivalent ranks, e.g. one per pipeline stage; the others copy it), "
-                        f"or a list such as 0,8,16; default: all up to {AUTO_RANKS_ABOVE} "
-                        "ranks, auto above")
-    p.add_argument("--executor", choices=("local", "ray"), default="local",
-                   help="where rank processes run: this machine (default) or a Ray cluster")
-    p.add_argument("--ray-address", metavar="ADDR", default=None,
-                   help="with --executor ray: the cluster to join (as ray.init(address=...)); "
-                        "default: RAY_ADDRESS, or a local Ray instance started for the run")
-    p.add_argument("--host-speed", type=float, default=None,
-                   help="how many times as fast as the simulated node's host CPU this machine "
-                        "runs the script's Python and PyTorch host code (default: measured at "
-                        "start-up against the GPU preset's host)")
-    p.add_argument("--host-gaps", choices=("steady", "measured"), default="steady",
-                   help="steady (default): from the second iteration on, the script's host time "
-                        "between two ops is the mean of that point of the last few iterations; "
-                        "measured: every gap as measured on this machine (README, host time policy)")
-    p.add_argument("--host-pace", choices=HOST_PACES, default=None,
-                   help="how this machine's speed now is read, to convert measured host time: "
-                        "process: the reference CPU step timed by a process beside the ranks, "
-                        "which also follows slow states of PyTorch's own code; probe: a "
-                        "pure-Python probe in each rank; auto (default): the process where this "
-                        "machine has a CPU more than the run's rank processes, else the probe "
-                        f"(README, host time policy); the default can be set with {HOST_PACE_ENV}")
-    p.add_argument("--rank-spread", type=float, default=None, metavar="SIGMA",
-                   help="how far apart the ranks of a multi-GPU run go on the host (sigma of a "
-                        "lognormal host time; default: the GPU preset's, measured on real "
-                        "2-GPU hosts): every rank's host time is charged at the pace of the "
-                        "slowest of its node's ranks. 0: at a typical rank's pace")
-    p.add_argument("--transformer-engine", choices=("off", "simulated"), default="off",
-                   help="off (default): the script runs as on a GPU machine without NVIDIA "
-                        "Transformer Engine; simulated: phantom's simulated TE is importable "
-                        "(Megatron's TE layer spec, TE's FusedAdam; bf16, no FP8; README "
-                        "'Megatron-Core')")
-    p.add_argument("--no-db", action="store_true",
-                   help="leave out the shipped kernel database: fallback (roofline) times only, "
-                        "plus any --db")
-    p.add_argument("--db", metavar="PATH", action="append", default=[],
-                   help="a kernel database (phantom profile) to use besides the shipped one for "
-                        "the GPU; repeatable, later files win")
-    p.add_argument("--out", metavar="DIR", default=None,
-                   help="keep a run directory: report.json, trace.json, config.json, logs/ "
-                        "(render it with `phantom report DIR`)")
-    p.add_argument("--trace", metavar="PATH", default=None,
-                   help="write a Chrome/Perfetto trace (trace-event JSON) to PATH")
-    p.add_argument("--trace-ranks", metavar="LIST", default=None,
-                   help="ranks that record trace events, e.g. 0,2-3 (default: all)")
-    p.add_argument("--trace-iters", metavar="RANGE", default=None,
-                   help="iterations (optimizer steps, from 0) traced: N, A:B (B excluded) or A: "
-                        "(default: all)")
-    p.add_argument("-m", dest="module", metavar="MODULE", help="run a module like `python -m`")
+    add_options(p)
     return p
 
 
-# phantom run's options that take a value (the rest are flags)
-RUN_OPTIONS_WITH_VALUE = {"--gpu", "--vram-gib", "--power-limit", "--report", "--on-data-read", "--nproc-per-node",
-                          "--host-speed", "--host-gaps", "--host-pace", "--rank-spread", "-m", "--nnodes", "--cluster", "--tee", "--log-dir", "--db",
-                          "--ranks", "--executor", "--ray-address", "--transformer-engine",
-                          "--out", "--trace", "--trace-ranks", "--trace-iters"}
+def options_markdown() -> str:
+    """`phantom run`'s options as the Markdown table of docs/configuration.md (tests/test_cli.py
+    checks that the committed table is this one)."""
+    docs = field_docs()
+    by_flag = {f.metadata["flag"]: f for f in option_fields()}
+    rows = ["| option | default | what it does |", "|---|---|---|"]
+    for action in run_parser()._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        f = by_flag[action.option_strings[0]]
+        usage = action.option_strings[0]
+        if action.choices:
+            usage += " {" + ",".join(action.choices) + "}"
+        elif action.nargs != 0:
+            usage += f" {action.metavar or action.dest.upper()}"
+        cells = [f"`{usage}`", default_text(f) or "", docs[f.name]]
+        rows.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(rows) + "\n"
+
+
+# The first argument that is neither one of phantom's options nor the value of one starts the
+# script's command line.
+RUN_OPTIONS_WITH_VALUE = options_with_value(run_parser())
 
 
 def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
     """Options before the script belong to phantom; the script and what follows to the script."""
     options: list[str] = []
     i = 0
-    takes_value = RUN_OPTIONS_WITH_VALUE
     while i < len(argv):
         arg = argv[i]
         if arg == "--":
             return options, argv[i + 1:]
-        if arg in takes_value:
+        if arg in RUN_OPTIONS_WITH_VALUE:
             options += argv[i:i + 2]
             if arg == "-m":
                 return options, argv[i + 2:]
@@ -139,48 +84,73 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
 def _check_power_limit(watts: float, gpu_name: str) -> None:
     if not (math.isfinite(watts) and 100 <= watts <= 2000):
         raise UsageError(f"--power-limit must be a power in W between 100 and 2000, got {watts:g}")
-    try:
-        gpu = get_gpu(gpu_name)
-    except UnknownGPUError:
-        return  # --gpu reports it
+    gpu = get_gpu(gpu_name)
     if gpu.power is None:
         raise UsageError(f"--power-limit: the power draw of {gpu.name} was never measured, so its limit "
                          f"is not modelled (modelled: "
                          f"{', '.join(g.name for g in list_gpus() if g.power is not None)})")
 
 
-def parse_run_args(argv: list[str]) -> RunConfig:
-    options, target = _split_target(argv)
-    args = _run_parser().parse_args(options)
-    if args.gpu is not None:
+def _check_values(given: dict) -> None:
+    """The given options' values that argparse's types and choices do not check."""
+    if "gpu" in given:
         try:
-            get_gpu(args.gpu)
+            get_gpu(given["gpu"])
         except UnknownGPUError as e:
             raise UsageError(str(e)) from None
-    if args.vram_gib is not None and not (0 < args.vram_gib <= 4096):
-        raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), "
-                         f"got {args.vram_gib:g}")
-    if args.power_limit is not None:
-        _check_power_limit(args.power_limit, args.gpu or "H100")
-    if args.host_speed is not None and not (math.isfinite(args.host_speed) and args.host_speed > 0):
-        raise UsageError(f"--host-speed must be a positive number, got {args.host_speed:g}")
-    if args.rank_spread is not None and not (math.isfinite(args.rank_spread) and 0 <= args.rank_spread <= 1):
-        raise UsageError(f"--rank-spread must be a number from 0 to 1, got {args.rank_spread:g}")
-    host_pace = args.host_pace or os.environ.get(HOST_PACE_ENV) or "auto"
-    if host_pace not in HOST_PACES:
-        raise UsageError(f"{HOST_PACE_ENV} must be one of {', '.join(HOST_PACES)}, got {host_pace!r}")
-    config = RunConfig(gpu=args.gpu or "H100", vram_gib=args.vram_gib, power_limit_w=args.power_limit,
-                       report_path=args.report,
-                       quiet=args.quiet, on_data_read=args.on_data_read,
-                       host_speed=args.host_speed, host_gaps=args.host_gaps, host_pace=host_pace,
-                       rank_spread=args.rank_spread,
-                       transformer_engine=args.transformer_engine,
-                       tee=args.tee, log_dir=args.log_dir,
-                       db_paths=_check_dbs(args.db, args.gpu or "H100"),
-                       shipped_db=not args.no_db)
-    if args.nnodes is not None or args.nproc_per_node is not None or args.cluster is not None:
-        _configure_cluster(config, args)
-    if args.executor == "ray" or args.ray_address:
+    vram = given.get("vram_gib")
+    if vram is not None and not (0 < vram <= 4096):
+        raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), got {vram:g}")
+    speed = given.get("host_speed")
+    if speed is not None and not (math.isfinite(speed) and speed > 0):
+        raise UsageError(f"--host-speed must be a positive number, got {speed:g}")
+    spread = given.get("rank_spread")
+    if spread is not None and not (math.isfinite(spread) and 0 <= spread <= 1):
+        raise UsageError(f"--rank-spread must be a number from 0 to 1, got {spread:g}")
+
+
+def parse_run_args(argv: list[str]) -> RunConfig:
+    options, target = _split_target(argv)
+    given = {name: value for name, value in vars(run_parser().parse_args(options)).items()
+             if value is not None}
+    # Text here; the config holds them parsed, once the run's size is known (_configure_outputs).
+    trace_ranks, trace_iters = given.pop("trace_ranks", None), given.pop("trace_iters", None)
+    _check_values(given)
+    config = RunConfig(**given)
+    resolve_defaults(config, given)
+    if config.power_limit_w is not None:
+        _check_power_limit(config.power_limit_w, config.gpu)
+    config.db_paths = _check_dbs(config.db_paths, get_gpu(config.gpu).name)
+    _configure_outputs(config, trace_ranks, trace_iters)
+    _configure_target(config, target)
+    return config
+
+
+def resolve_defaults(config: RunConfig, given: dict) -> None:
+    """Set the options that were not given and whose default depends on the others (`given`:
+    the options given, by field name), in this order:
+
+    - an option with an environment variable (--host-pace: PHANTOM_HOST_PACE) takes its value,
+      where that is set and not empty;
+    - --nproc-per-node, --nnodes or --cluster make the run distributed; the cluster (the preset
+      or TOML file of --cluster, else one node with NVLink) resolves the ranks per node, the
+      nodes, and without --gpu the GPU;
+    - --ray-address implies --executor ray;
+    - --ranks: `all` up to AUTO_RANKS_ABOVE ranks, `auto` above.
+    Each step fails with a UsageError on input it cannot use, so that bad input fails before
+    launch."""
+    for f in option_fields():
+        env = f.metadata["env"]
+        if env and f.name not in given and os.environ.get(env):
+            value, choices = os.environ[env], f.metadata["choices"]
+            if choices and value not in choices:
+                raise UsageError(f"{env} must be one of {', '.join(choices)}, got {value!r}")
+            setattr(config, f.name, value)
+    if given.keys() & {"nnodes", "nproc_per_node", "cluster"}:
+        _resolve_cluster(config, given)
+    if config.ray_address:
+        config.executor = "ray"
+    if config.executor == "ray":
         if not config.distributed:
             raise UsageError("--executor ray needs a distributed run (--nproc-per-node, "
                              "--nnodes or --cluster)")
@@ -188,29 +158,73 @@ def parse_run_args(argv: list[str]) -> RunConfig:
             import ray  # noqa: F401
         except ImportError:
             raise UsageError("--executor ray needs Ray: pip install 'phantom-sim[ray]'") from None
-        config.executor, config.ray_address = "ray", args.ray_address
-    _configure_ranks(config, args.ranks)
-    _configure_outputs(config, args)
-    if args.module:
-        config.module, config.args = args.module, target
-        return config
-    if not target:
+    _resolve_ranks(config, given.get("ranks"))
+
+
+def _resolve_cluster(config: RunConfig, given: dict) -> None:
+    from phantom.network import ClusterConfigError, load_cluster
+
+    for name in ("nnodes", "nproc_per_node"):
+        if given.get(name, 1) < 1:
+            raise UsageError(f"{flag_of(name)} must be >= 1, got {given[name]}")
+    try:
+        cluster = load_cluster(config.cluster, nnodes=given.get("nnodes"),
+                               nproc_per_node=given.get("nproc_per_node"), gpu=given.get("gpu"))
+    except ClusterConfigError as e:
+        raise UsageError(str(e)) from None
+    config.distributed = True
+    config.nnodes = cluster.nodes
+    config.nproc_per_node = cluster.gpus_per_node
+    config.gpu = cluster.gpu
+
+
+def _resolve_ranks(config: RunConfig, spec: str | None) -> None:
+    """--ranks: which ranks run as processes (phantom.distributed.ranks)."""
+    from phantom.distributed.ranks import parse_ranks
+
+    if spec is None:
+        spec = "auto" if config.world_size > AUTO_RANKS_ABOVE else "all"
+        cores = os.cpu_count() or 1
+        if spec == "all" and config.world_size > cores and config.executor == "local" \
+                and not config.quiet:
+            print(f"phantom: {config.world_size} rank processes on {cores} CPU cores: each "
+                  "rank's measured host time carries this machine's contention; "
+                  "`--ranks auto` runs one process per class of equivalent ranks.",
+                  file=sys.stderr)
+    elif not config.distributed:
+        raise UsageError("--ranks needs a distributed run (--nproc-per-node, --nnodes or --cluster)")
+    try:
+        ranks = parse_ranks(spec, config.world_size)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    config.ranks = "auto" if ranks is None else ",".join(map(str, ranks))
+    if ranks is not None and 0 not in ranks:
+        raise UsageError("--ranks: rank 0 must run (it prints the script's output)")
+
+
+def _configure_target(config: RunConfig, target: list[str]) -> None:
+    """The script (or -m's module) and its arguments."""
+    if config.module:
+        config.args = target
+    elif not target:
         raise UsageError("no script given: phantom run [options] [--] SCRIPT.py [ARGS...]")
-    script = target[0]
-    if not os.path.isfile(script):
-        if re.fullmatch(r"python[\d.]*", os.path.basename(script)) and len(target) > 1:
-            # `phantom run -- python train.py` is the commonest slip: torchrun takes the script itself.
-            rest = " ".join(target[1:])
-            fixed = f"phantom run [options] {rest}" if target[1] == "-m" else f"phantom run [options] -- {rest}"
-            raise UsageError(f"phantom run takes the script itself, as torchrun does: drop '{script}' "
-                             f"and run `{fixed}`")
-        raise UsageError(f"script not found: {script}")
-    config.script, config.args = script, target[1:]
-    if args.report:
-        report_dir = os.path.dirname(os.path.abspath(args.report))
+    else:
+        script = target[0]
+        if not os.path.isfile(script):
+            if re.fullmatch(r"python[\d.]*", os.path.basename(script)) and len(target) > 1:
+                # `phantom run -- python train.py` is the commonest slip: torchrun takes the
+                # script itself.
+                rest = " ".join(target[1:])
+                fixed = (f"phantom run [options] {rest}" if target[1] == "-m"
+                         else f"phantom run [options] -- {rest}")
+                raise UsageError(f"phantom run takes the script itself, as torchrun does: drop "
+                                 f"'{script}' and run `{fixed}`")
+            raise UsageError(f"script not found: {script}")
+        config.script, config.args = script, target[1:]
+    if config.report_path:
+        report_dir = os.path.dirname(os.path.abspath(config.report_path))
         if not os.path.isdir(report_dir):
             raise UsageError(f"--report: directory does not exist: {report_dir}")
-    return config
 
 
 def parse_ranks(text: str) -> list[int]:
@@ -249,26 +263,26 @@ def parse_iters(text: str) -> list:
     return [start, stop]
 
 
-def _configure_outputs(config: RunConfig, args: argparse.Namespace) -> None:
+def _configure_outputs(config: RunConfig, trace_ranks: str | None, trace_iters: str | None) -> None:
     """--out / --trace and the trace limits; the run directory is made at launch."""
-    if (args.trace_ranks or args.trace_iters) and not (args.out or args.trace):
+    if (trace_ranks or trace_iters) and not (config.out_dir or config.trace_path):
         raise UsageError("--trace-ranks and --trace-iters limit a trace: add --trace PATH or --out DIR")
-    if args.trace:
-        parent = os.path.dirname(os.path.abspath(args.trace))
+    if config.trace_path:
+        parent = os.path.dirname(os.path.abspath(config.trace_path))
         if not os.path.isdir(parent):
             raise UsageError(f"--trace: directory does not exist: {parent}")
-        config.trace_path = os.path.abspath(args.trace)
-    if args.out:
-        if os.path.exists(args.out) and not os.path.isdir(args.out):
-            raise UsageError(f"--out: not a directory: {args.out}")
-        config.out_dir = os.path.abspath(args.out)
-    if args.trace_ranks:
-        config.trace_ranks = parse_ranks(args.trace_ranks)
+        config.trace_path = os.path.abspath(config.trace_path)
+    if config.out_dir:
+        if os.path.exists(config.out_dir) and not os.path.isdir(config.out_dir):
+            raise UsageError(f"--out: not a directory: {config.out_dir}")
+        config.out_dir = os.path.abspath(config.out_dir)
+    if trace_ranks:
+        config.trace_ranks = parse_ranks(trace_ranks)
         bad = [r for r in config.trace_ranks if r >= config.world_size]
         if bad:
             raise UsageError(f"--trace-ranks: rank(s) {bad} outside the run's 0..{config.world_size - 1}")
-    if args.trace_iters:
-        config.trace_iters = parse_iters(args.trace_iters)
+    if trace_iters:
+        config.trace_iters = parse_iters(trace_iters)
 
 
 def _check_dbs(paths: list[str], gpu: str) -> list[str]:
@@ -286,51 +300,6 @@ def _check_dbs(paths: list[str], gpu: str) -> list[str]:
             raise UsageError(f"--db: {path}: header.gpu is {db.gpu!r}, expected {gpu!r} (the --gpu "
                              f"simulated); measure that GPU with `phantom profile`")
     return [os.path.abspath(p) for p in paths]
-
-
-def _configure_cluster(config: RunConfig, args: argparse.Namespace) -> None:
-    """A distributed run: resolve the cluster now, so that bad input fails before launch."""
-    from phantom.network import ClusterConfigError, load_cluster
-
-    for flag, value in (("--nnodes", args.nnodes), ("--nproc-per-node", args.nproc_per_node)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
-    try:
-        cluster = load_cluster(args.cluster, nnodes=args.nnodes,
-                               nproc_per_node=args.nproc_per_node, gpu=args.gpu)
-    except ClusterConfigError as e:
-        raise UsageError(str(e)) from None
-    config.distributed = True
-    config.cluster = args.cluster
-    config.nnodes = cluster.nodes
-    config.nproc_per_node = cluster.gpus_per_node
-    config.gpu = cluster.gpu
-    if args.log_dir:
-        os.makedirs(args.log_dir, exist_ok=True)
-
-
-def _configure_ranks(config: RunConfig, spec: str | None) -> None:
-    """--ranks: which ranks run as processes (phantom.distributed.ranks)."""
-    from phantom.distributed.ranks import parse_ranks
-
-    if spec is None:
-        spec = "auto" if config.world_size > AUTO_RANKS_ABOVE else "all"
-        cores = os.cpu_count() or 1
-        if spec == "all" and config.world_size > cores and config.executor == "local" \
-                and not config.quiet:
-            print(f"phantom: {config.world_size} rank processes on {cores} CPU cores: each "
-                  "rank's measured host time carries this machine's contention; "
-                  "`--ranks auto` runs one process per class of equivalent ranks.",
-                  file=sys.stderr)
-    elif not config.distributed:
-        raise UsageError("--ranks needs a distributed run (--nproc-per-node, --nnodes or --cluster)")
-    try:
-        ranks = parse_ranks(spec, config.world_size)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
-    config.ranks = "auto" if ranks is None else ",".join(map(str, ranks))
-    if ranks is not None and 0 not in ranks:
-        raise UsageError("--ranks: rank 0 must run (it prints the script's output)")
 
 
 def cmd_clusters() -> int:
@@ -401,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if command == "run":
             if rest and rest[0] in ("-h", "--help"):
-                _run_parser().print_help()
+                run_parser().print_help()
                 return 0
             return launch(parse_run_args(rest))
         if command == "deepspeed":

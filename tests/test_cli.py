@@ -1,7 +1,7 @@
 """The `phantom` command's surface: presets, argument errors, process semantics."""
 from __future__ import annotations
 
-from conftest import run_phantom
+from conftest import REPO, run_phantom
 
 from phantom.cli import UsageError, parse_run_args
 from phantom.hardware import get_gpu
@@ -245,3 +245,81 @@ def test_a_signal_to_phantom_ends_the_ranks(tmp_path, logged, nproc, sig, status
         for rank in ranks:
             if not _gone(rank, within_s=0.1):
                 os.kill(rank, signal.SIGKILL)
+
+
+# -- one source for options -------------------------------------------------------------------
+
+def test_the_docs_option_table_is_the_generated_one():
+    from phantom.cli import options_markdown
+
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    start = doc.index("\n", doc.index("<!-- Generated from phantom/launcher/config.py")) + 1
+    committed = doc[start:doc.index("<!-- end of generated table -->")]
+    assert committed == options_markdown(), (
+        "docs/configuration.md's option table is stale: regenerate it with the command in the "
+        "comment above it")
+
+
+def test_options_with_a_value_are_read_from_the_parser():
+    from phantom.cli import RUN_OPTIONS_WITH_VALUE
+    from phantom.launcher.config import option_fields
+
+    flags = {f.metadata["flag"]: f for f in option_fields()}
+    assert RUN_OPTIONS_WITH_VALUE == {flag for flag, f in flags.items() if f.type != "bool"}
+    assert {"--gpu", "--db", "--trace-ranks", "-m"} <= RUN_OPTIONS_WITH_VALUE
+    assert not {"--quiet", "--no-db"} & RUN_OPTIONS_WITH_VALUE
+
+
+def test_no_options_give_the_config_defaults(tmp_path, monkeypatch):
+    """Defaults are written once, on RunConfig: a run without options gets them, and the
+    options whose default depends on others resolve to the same values on one GPU."""
+    from dataclasses import replace
+
+    from phantom.launcher.config import RunConfig
+
+    monkeypatch.delenv("PHANTOM_HOST_PACE", raising=False)
+    s = tmp_path / "s.py"
+    s.write_text("")
+    # ranks aside: the CLI resolves `all` to the list of ranks that run
+    assert parse_run_args([str(s), "--x"]) == replace(RunConfig(), script=str(s), args=["--x"], ranks="0")
+
+
+def test_an_option_given_beats_its_environment_variable(tmp_path, monkeypatch):
+    s = tmp_path / "s.py"
+    s.write_text("")
+    monkeypatch.setenv("PHANTOM_HOST_PACE", "process")
+    assert parse_run_args([str(s)]).host_pace == "process"
+    assert parse_run_args(["--host-pace", "probe", str(s)]).host_pace == "probe"
+
+
+def test_defaults_that_depend_on_other_options(tmp_path):
+    s = tmp_path / "s.py"
+    s.write_text("")
+    assert parse_run_args(["--nproc-per-node", "8", "--quiet", str(s)]).ranks == "0,1,2,3,4,5,6,7"
+    assert parse_run_args(["--cluster", "h100-ib", "--nnodes", "2", str(s)]).ranks == "auto"
+    assert parse_run_args(["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", str(s)]).ranks == "0,8"
+    assert parse_run_args(["--cluster", "h200-ib", "--gpu", "H100", str(s)]).gpu == "H100"
+    # --power-limit is checked against the GPU the run simulates: the cluster's
+    with pytest.raises(UsageError, match="A100 was never measured"):
+        parse_run_args(["--cluster", "a100-ib", "--power-limit", "300", str(s)])
+
+
+def test_every_environment_variable_is_documented():
+    """docs/configuration.md's table lists every PHANTOM_* variable the code, tests or CI use,
+    and no other."""
+    import re
+
+    # C++ macros of phantom/native (compile-time, not environment) and an attribute of the
+    # simulated Transformer Engine package.
+    not_variables = {"PHANTOM_CUDA_BUILD", "PHANTOM_FAKE_DEVICE_SLOT", "PHANTOM_SIMULATED"}
+    token = re.compile(r"(?<![A-Za-z0-9_])PHANTOM_[A-Z][A-Z0-9_]*")
+    used = set()
+    for path in [*(REPO / "phantom").rglob("*"), *(REPO / "tests").rglob("*.py"),
+                 *(REPO / ".ci").rglob("*"), *(REPO / "examples").rglob("*.py")]:
+        if path.is_file() and path.suffix in ("", ".py", ".cpp", ".sh", ".toml", ".json"):
+            used |= set(token.findall(path.read_text(errors="replace")))
+    used -= not_variables
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    documented = set(re.findall(r"^\| `(PHANTOM_[A-Z0-9_]+)` \|", doc, re.M))
+    assert used - documented == set(), "undocumented: add them to docs/configuration.md"
+    assert documented - used == set(), "documented but used nowhere: remove them"

@@ -29,6 +29,8 @@ import argparse
 import os
 from collections import OrderedDict
 
+from phantom.launcher.config import flag_of, options_with_value
+
 # The variable phantom/adapters/deepspeed.py reads: append --local_rank to the script's argv.
 LOCAL_RANK_ARG_ENV = "PHANTOM_DEEPSPEED_LOCAL_RANK_ARG"
 
@@ -144,23 +146,22 @@ def to_run_args(argv: list[str], run_options: set[str]) -> tuple[list[str], dict
 
     out = list(phantom_opts)
     if nnodes is not None:
-        out += ["--nnodes", str(nnodes)]
+        out += [flag_of("nnodes"), str(nnodes)]
     if nproc is not None:
-        out += ["--nproc-per-node", str(nproc)]
+        out += [flag_of("nproc_per_node"), str(nproc)]
     if args.enable_each_rank_log:
-        out += ["--log-dir", args.enable_each_rank_log]
-    out += ["-m", target[0], *target[1:]] if args.module else ["--", *target]
+        out += [flag_of("log_dir"), args.enable_each_rank_log]
+    out += [flag_of("module"), target[0], *target[1:]] if args.module else ["--", *target]
     env = {} if args.no_local_rank else {LOCAL_RANK_ARG_ENV: "1"}
     return out, env
 
 
-_LAUNCHER_WITH_VALUE = {"-H", "--hostfile", "-i", "--include", "-e", "--exclude", "--num_nodes",
-                        "--num_gpus", "--num_accelerators", "--enable_each_rank_log", *IGNORED_WITH_VALUE}
-_LAUNCHER_FLAGS = {"--module", "--no_local_rank", *IGNORED_FLAGS, *REFUSED}
+_LAUNCHER_WITH_VALUE = options_with_value(_parser())
+_LAUNCHER_OPTIONS = {s for a in _parser()._actions for s in a.option_strings} | set(REFUSED)
 
 
 def _is_launcher_opt(arg: str) -> bool:
-    return arg.split("=", 1)[0] in _LAUNCHER_WITH_VALUE | _LAUNCHER_FLAGS
+    return arg.split("=", 1)[0] in _LAUNCHER_OPTIONS
 
 
 def _launcher_part(argv: list[str]) -> list[str]:

@@ -14,6 +14,10 @@ import sys
 import tempfile
 
 from phantom.cost.db import shipped_db_path
+from phantom.launcher.config import add_options, flag_of, options_with_value
+
+# phantom run's options for the simulated cluster, which profile's recording takes too
+LAYOUT = ("nproc_per_node", "nnodes", "cluster", "ranks")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -21,7 +25,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="phantom profile",
         usage="phantom profile [options] [--] SCRIPT.py [ARGS...]\n       phantom profile --sweep [options]",
         description="Time a script's ops (and/or the standard grid) on this machine's real GPU and add "
-                    "them to a kernel database that `phantom run` then uses.")
+                    "them to a kernel database that `phantom run` then uses. A large "
+                    "data-parallel script records its shapes from one representative rank "
+                    "per class with --ranks auto.")
     p.add_argument("--db", metavar="PATH", help="database to add rows to (default: phantom_kernels_<GPU>.json)")
     p.add_argument("--gpu", help="GPU preset the recording simulates (default: this machine's GPU, via nvidia-smi)")
     p.add_argument("--sweep", action="store_true", help="also time the standard grid (bench/kernels/measure.py)")
@@ -32,22 +38,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="only record the script's signatures to PATH (works without a GPU); no timing")
     p.add_argument("--from-records", metavar="PATH", action="append", default=[],
                    help="time signatures recorded earlier (repeatable) instead of running a script")
-    p.add_argument("--nproc-per-node", type=int, default=None,
-                   help="record a distributed script with this many simulated ranks (as phantom run; "
-                        "1 gives one rank torchrun's environment, which torchtitan needs)")
-    p.add_argument("--nnodes", type=int, default=None,
-                   help="with --nproc-per-node: record this many simulated nodes (as phantom run)")
-    p.add_argument("--cluster", help="cluster preset or TOML file of the recording (as phantom run)")
-    p.add_argument("--ranks", help="which ranks run while recording (as phantom run: all, auto or a "
-                                   "list); a large data-parallel run records its shapes from one "
-                                   "representative rank per class with auto")
+    # The simulated cluster of the recording, as phantom run's options.
+    add_options(p, LAYOUT)
     p.add_argument("--budget-s", type=float, default=600.0, help="stop starting new timings after this many seconds")
     p.add_argument("--retime", action="store_true", help="time signatures already in the database again")
     return p
 
 
 def _split(argv: list[str]) -> tuple[list[str], list[str]]:
-    takes = {"--db", "--gpu", "--nproc-per-node", "--nnodes", "--cluster", "--ranks", "--sweep-out", "--sweep-groups", "--record-only", "--from-records", "--budget-s"}
+    takes = options_with_value(_parser())
     i = 0
     while i < len(argv):
         if argv[i] == "--":
@@ -101,9 +100,8 @@ def main(argv: list[str]) -> int:
         print("phantom profile: nothing to do: give a SCRIPT.py, --from-records or --sweep", file=sys.stderr)
         return 2
     gpu = a.gpu or (None if a.record_only else detect_gpu())
-    layout = [arg for flag, value in (("--nproc-per-node", a.nproc_per_node), ("--nnodes", a.nnodes),
-                                      ("--cluster", a.cluster), ("--ranks", a.ranks))
-              if value is not None for arg in (flag, str(value))]
+    layout = [arg for name in LAYOUT if getattr(a, name) is not None
+              for arg in (flag_of(name), str(getattr(a, name)))]
     if a.record_only:
         if not target:
             print("phantom profile: --record-only needs a SCRIPT.py", file=sys.stderr)
