@@ -53,12 +53,12 @@ def test_reference_step_trains_on_cpu():
 
 
 def test_presets_carry_their_measured_host():
-    # Measured on the lent hosts (bench/data/host_reference_*.json): the H100 machine's host
+    # Measured on the lent hosts (bench/host/data/host_reference_*.json): the H100 machine's host
     # runs the step slower than the H200 machine's; unmeasured presets take the H200 host.
     assert get_gpu("H100").host_step_ns > get_gpu("H200").host_step_ns
     assert get_gpu("A100").host_step_ns == get_gpu("H200").host_step_ns
     for name, tag in (("H100", "h100"), ("H200", "h200")):
-        data = json.loads((Path(__file__).resolve().parents[1] / "bench" / "data" /
+        data = json.loads((Path(__file__).resolve().parents[1] / "bench" / "host" / "data" /
                            f"host_reference_{tag}.json").read_text())
         assert get_gpu(name).host_step_ns == pytest.approx(data["host_step_ns"])
 
@@ -75,7 +75,7 @@ def test_every_preset_takes_the_pooled_typical_slowdown():
 def test_the_pooled_slowdown_is_the_committed_flicker_runs():
     import importlib.util
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "host_pairs.py"
+    path = Path(__file__).resolve().parents[1] / "bench" / "host" / "host_pairs.py"
     spec = importlib.util.spec_from_file_location("host_pairs", path)
     host_pairs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(host_pairs)
@@ -167,41 +167,41 @@ def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
     from phantom.context import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
-    sim._gap_scale = 1.0
+    sim.host.gap_scale = 1.0
     ticks = iter([0, 6_000, 6_000, 20_000, 20_000, 25_000])
-    sim._clock = lambda: next(ticks)
-    sim._real_mark = sim._clock()
-    sim.wake_penalty_ns = 10_000.0
-    sim.woke_up()
+    sim.host.clock = lambda: next(ticks)
+    sim.host._real_mark = sim.host.clock()
+    sim.host.wake_penalty_ns = 10_000.0
+    sim.host.woke_up()
     host0 = sim.timeline.host_ns
-    sim.begin_op("a")  # 6 us measured: all of it the wake-up's
-    sim._real_mark = sim._clock()
+    sim.host.begin_op("a")  # 6 us measured: all of it the wake-up's
+    sim.host._real_mark = sim.host.clock()
     assert sim.timeline.host_ns == host0
-    sim.begin_op("b")  # 14 us measured: the 4 us left of the penalty come off
-    sim._real_mark = sim._clock()
+    sim.host.begin_op("b")  # 14 us measured: the 4 us left of the penalty come off
+    sim.host._real_mark = sim.host.clock()
     assert sim.timeline.host_ns - host0 == pytest.approx(10_000.0)
-    sim.begin_op("c")  # nothing left to take
+    sim.host.begin_op("c")  # nothing left to take
     assert sim.timeline.host_ns - host0 == pytest.approx(15_000.0)
-    assert sim.wake_ups == 1
+    assert sim.host.wake_ups == 1
 
 
 def test_a_wake_up_penalty_comes_off_before_the_steady_mean():
     from phantom.context import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))  # steady gaps
-    sim._gap_scale = 1.0
-    sim.dispatch_overhead_ns = 0.0
-    sim.wake_penalty_ns = 4_000.0
+    sim.host.gap_scale = 1.0
+    sim.host.dispatch_overhead_ns = 0.0
+    sim.host.wake_penalty_ns = 4_000.0
     clock = iter(range(0, 10**9, 10_000))  # every gap measures 10 us
-    sim._clock = lambda: next(clock)
+    sim.host.clock = lambda: next(clock)
     charged = []
     for it in range(4):  # the same site after a wake-up in every iteration
-        sim._real_mark = sim._clock()
-        sim.woke_up()
+        sim.host._real_mark = sim.host.clock()
+        sim.host.woke_up()
         before = sim.timeline.host_ns
-        sim.begin_op("after collective")
+        sim.host.begin_op("after collective")
         charged.append(sim.timeline.host_ns - before)
-        sim._steady.new_iteration()
+        sim.host.steady.new_iteration()
     assert charged == pytest.approx([6_000.0] * 4)  # measured 10, 4 of it the wake-up's
 
 
@@ -219,12 +219,12 @@ def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
                        signature=(), ready_ns=0.0, host_ns=0.0, site="")
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
-    sim.wake_penalty_ns = 5_000.0
+    sim.host.wake_penalty_ns = 5_000.0
     comm = RankComm(sim, rank=0, world_size=2, client=Client())
     comm._exchange([request((0,))])  # a group of one: resolved here, no round trip
-    assert sim.wake_ups == 0 and sim._wake_credit == 0.0
+    assert sim.host.wake_ups == 0 and sim.host._wake_credit == 0.0
     comm._exchange([request((0, 1))])
-    assert sim.wake_ups == 1 and sim._wake_credit == 5_000.0
+    assert sim.host.wake_ups == 1 and sim.host._wake_credit == 5_000.0
 
 
 def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
@@ -232,8 +232,8 @@ def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
     calls = []
-    sim.warm_dispatch_paths = lambda: calls.append(1)
-    sim.woke_up()
+    sim.host.warm_dispatch_paths = lambda: calls.append(1)
+    sim.host.woke_up()
     assert calls == [1]
     monkeypatch.setenv("PHANTOM_NO_REWARM", "1")
     off = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
@@ -252,11 +252,11 @@ def test_a_failing_warm_up_is_reported_once_and_turned_off(capsys):
         calls.append(1)
         raise RuntimeError("no fake device here")
 
-    sim.warm_dispatch_paths = broken
-    sim.woke_up()
-    sim.woke_up()
-    assert calls == [1] and sim.wake_ups == 2
-    assert sim.host_gaps()["rewarm_after_wake"] is False
+    sim.host.warm_dispatch_paths = broken
+    sim.host.woke_up()
+    sim.host.woke_up()
+    assert calls == [1] and sim.host.wake_ups == 2
+    assert sim.host.summary()["rewarm_after_wake"] is False
     assert capsys.readouterr().err.count("warming the dispatch path after a collective failed") == 1
 
 
@@ -272,15 +272,15 @@ def test_warming_the_handler_path_leaves_no_trace_in_the_simulation(run_script):
         sim = mode.sim
         def state():
             tl = sim.timeline
-            return (sim.ops_intercepted, sim.dispatch_entries, sim.releases, sim._release_credit,
-                    sim.allocator.allocated_bytes, sim.user_host_ns,
+            return (sim.ops_intercepted, sim.host.dispatch_entries, sim.host.releases, sim.host._release_credit,
+                    sim.allocator.allocated_bytes, sim.host.user_host_ns,
                     tl.host_ns, {s: tl.stream(s).ready_ns for s in (0,)}, dict(sim.class_gpu_ns))
-        sim.begin_op("test")  # phantom's own time, as inside a collective
+        sim.host.begin_op("test")  # phantom's own time, as inside a collective
         before = state()
         for _ in range(3):
-            sim.warm_dispatch_paths()
+            sim.host.warm_dispatch_paths()
         after = state()
-        sim.end_op()
+        sim.host.end_op()
         assert mode._warm_inputs is not None and mode._depth == 0
         print("UNCHANGED" if after == before else f"CHANGED {before} -> {after}")
     """
@@ -622,7 +622,7 @@ def test_the_rank_spread_is_the_committed_real_runs():
     import importlib.util
     import statistics
 
-    path = Path(__file__).resolve().parents[1] / "bench" / "rank_host_spread.py"
+    path = Path(__file__).resolve().parents[1] / "bench" / "host" / "rank_host_spread.py"
     spec = importlib.util.spec_from_file_location("rank_host_spread", path)
     spread = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(spread)
@@ -653,25 +653,25 @@ def test_list_tensors_are_charged_at_the_nodes_cost_not_as_measured():
     from phantom.context import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
-    sim._gap_scale = 1.0
-    sim.dispatch_overhead_ns = 0.0
-    sim.list_overhead_ns, sim.list_real_ns = (1_000.0, 3_000.0), (190.0, 1_800.0)
+    sim.host.gap_scale = 1.0
+    sim.host.dispatch_overhead_ns = 0.0
+    sim.host.list_overhead_ns, sim.host.list_real_ns = (1_000.0, 3_000.0), (190.0, 1_800.0)
     ticks = iter([0, 15_000, 15_000, 35_000, 35_000, 40_000])
-    sim._clock = lambda: next(ticks)
-    sim._real_mark = sim._clock()
+    sim.host.clock = lambda: next(ticks)
+    sim.host._real_mark = sim.host.clock()
     host0 = sim.timeline.host_ns
-    sim.begin_op("foreach", dispatched=True, list_inputs=10)  # 15 us measured
-    sim._real_mark = sim._clock()
+    sim.host.begin_op("foreach", dispatched=True, list_inputs=10)  # 15 us measured
+    sim.host._real_mark = sim.host.clock()
     assert sim.timeline.host_ns - host0 == pytest.approx(15_000 - 10 * 1_000 + 10 * 190)
-    sim.returned_list(5)
+    sim.host.returned_list(5)
     host1 = sim.timeline.host_ns
-    sim.begin_op("next", dispatched=True)  # 20 us measured, 5 returned tensors in it
-    sim._real_mark = sim._clock()
+    sim.host.begin_op("next", dispatched=True)  # 20 us measured, 5 returned tensors in it
+    sim.host._real_mark = sim.host.clock()
     assert sim.timeline.host_ns - host1 == pytest.approx(20_000 - 5 * 3_000 + 5 * 1_800)
     host2 = sim.timeline.host_ns
-    sim.begin_op("plain", dispatched=True)  # the returned list was charged once
+    sim.host.begin_op("plain", dispatched=True)  # the returned list was charged once
     assert sim.timeline.host_ns - host2 == pytest.approx(5_000)
-    assert sim.list_tensors == 15
+    assert sim.host.list_tensors == 15
 
 
 def test_the_calibrations_fake_block_starts_its_own_gap():
@@ -681,13 +681,13 @@ def test_the_calibrations_fake_block_starts_its_own_gap():
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
     now = [0]
-    sim._clock = lambda: now[0]
+    sim.host.clock = lambda: now[0]
     sim.measure_raw_gaps()
 
     def fake_step():  # one handler entry after 2 us of the script's time
         now[0] += 2_000
-        sim.begin_op("op", dispatched=True)
-        sim.end_op()
+        sim.host.begin_op("op", dispatched=True)
+        sim.host.end_op()
 
     def real_step():
         now[0] += 1_000
@@ -722,23 +722,23 @@ def test_a_freed_storage_costs_the_nodes_allocator_not_the_finalizer():
     from phantom.context import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
-    sim._gap_scale = 1.0
-    sim.dispatch_overhead_ns = 0.0
-    sim.release_overhead_ns, sim.release_host_ns = 3_000.0, 1_300.0
+    sim.host.gap_scale = 1.0
+    sim.host.dispatch_overhead_ns = 0.0
+    sim.host.release_overhead_ns, sim.host.release_host_ns = 3_000.0, 1_300.0
     now = [0]
-    sim._clock = lambda: now[0]
-    sim._real_mark = 0
+    sim.host.clock = lambda: now[0]
+    sim.host._real_mark = 0
     now[0] = 20_000
     for key in (-1, -2):  # two storages die in this gap (keys no live storage has)
-        sim._release(key)
+        sim.storage._release(key)
     before = sim.timeline.host_ns
-    sim.begin_op("after")
+    sim.host.begin_op("after")
     assert sim.timeline.host_ns - before == pytest.approx(20_000 - 2 * (3_000 - 1_300))
-    assert sim.releases == 2
-    sim._real_mark = now[0]
+    assert sim.host.releases == 2
+    sim.host._real_mark = now[0]
     now[0] += 5_000
     before = sim.timeline.host_ns
-    sim.begin_op("next")  # nothing freed here
+    sim.host.begin_op("next")  # nothing freed here
     assert sim.timeline.host_ns - before == pytest.approx(5_000)
 
 
@@ -750,25 +750,25 @@ def test_a_runtime_call_charges_the_nodes_cost_not_the_simulations():
     from phantom.context import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
-    sim._gap_scale = 1.0
-    sim.dispatch_overhead_ns = 0.0
-    sim.api_overhead_ns = 500.0
+    sim.host.gap_scale = 1.0
+    sim.host.dispatch_overhead_ns = 0.0
+    sim.host.api_overhead_ns = 500.0
     now = [0]
-    sim._clock = lambda: now[0]
-    sim._real_mark = 0
+    sim.host.clock = lambda: now[0]
+    sim.host._real_mark = 0
     before = sim.timeline.host_ns
-    sim.api_enter("record", now=3_000)  # the script ran 3 us; the wrapper read the clock
+    sim.host.api_enter("record", now=3_000)  # the script ran 3 us; the wrapper read the clock
     now[0] = 9_000  # the simulation's own work: not charged
-    sim.api_enter("current_stream", now=9_000)  # nested (the record's stream lookup)
-    sim.begin_op("sync")  # a sync inside the call: no gap of its own
-    sim.end_op()
-    sim.api_exit(4_280.0)
-    sim.api_exit(5_770.0)
+    sim.host.api_enter("current_stream", now=9_000)  # nested (the record's stream lookup)
+    sim.host.begin_op("sync")  # a sync inside the call: no gap of its own
+    sim.host.end_op()
+    sim.host.api_exit(4_280.0)
+    sim.host.api_exit(5_770.0)
     assert sim.timeline.host_ns - before == pytest.approx(3_000 - 500 + 5_770)
-    assert (sim.api_calls, sim.api_host_ns) == (1, 5_770.0)
+    assert (sim.host.api_calls, sim.host.api_host_ns) == (1, 5_770.0)
     now[0] = 12_000
     before = sim.timeline.host_ns
-    sim.begin_op("op")  # the next gap starts where the call returned
+    sim.host.begin_op("op")  # the next gap starts where the call returned
     assert sim.timeline.host_ns - before == pytest.approx(12_000 - 9_000)
 
 
@@ -779,16 +779,16 @@ def test_the_calibration_measures_this_machine_not_the_ranks_pace():
     from phantom.context import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
-    sim.set_world(8)
-    assert sim.rank_pace > 1.05
+    sim.host.set_world(8)
+    assert sim.host.rank_pace > 1.05
     now = [0]
-    sim._clock = lambda: now[0]
+    sim.host.clock = lambda: now[0]
     sim.measure_raw_gaps()
 
     def fake_step():
         now[0] += 2_000
-        sim.begin_op("op", dispatched=True)
-        sim.end_op()
+        sim.host.begin_op("op", dispatched=True)
+        sim.host.end_op()
 
     for fake_ns, _, entries in sim.paired_blocks(fake_step, lambda: None, pairs=2, steps=4):
         assert fake_ns / entries == pytest.approx(2_000)

@@ -1,7 +1,7 @@
 """Where a data-parallel step's extra time goes: each rank's host timeline, step by step.
 
-    torchrun --nproc-per-node 2 bench/ddp_rank_skew.py --out skew.json      # on the GPUs
-    phantom run --nproc-per-node 2 --gpu H100 bench/ddp_rank_skew.py --out skew_sim.json
+    torchrun --nproc-per-node 2 bench/host/ddp_rank_skew.py --out skew.json      # on the GPUs
+    phantom run --nproc-per-node 2 --gpu H100 bench/host/ddp_rank_skew.py --out skew_sim.json
 
 The SD UNet step of `examples/diffusion/unet_ddp.py` (DDP, bf16 autocast, AdamW, synthetic
 latents), with each rank recording `time.perf_counter()` when its forward returns, when its
@@ -29,7 +29,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples" / "diffusion"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "diffusion"))
 
 
 def main() -> None:

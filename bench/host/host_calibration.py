@@ -1,6 +1,6 @@
 """Host-side calibration: how fast this machine runs Python, and what an eager CUDA op costs.
 
-Run on a GPU machine (`python bench/host_calibration.py --out host_<gpu>.json`) and on the
+Run on a GPU machine (`python bench/host/host_calibration.py --out host_<gpu>.json`) and on the
 simulating machine (`--no-cuda`); under `phantom run --gpu H200` it gives the simulated host
 cost of the same eager ops (perf_counter is the simulated host clock there). The per-op eager launch cost calibrates
 HOST_KERNEL_LAUNCH_NS and GEMM_EXTRA_HOST_NS in phantom/context.py. The pure-Python score

@@ -2,7 +2,7 @@
 re-run back to back for `--seconds` on one core (or on `--cores` cores at once, one process
 each), summarised as slowdowns against the fastest probe seen.
 
-    python bench/host_flicker.py --seconds 15 --cores 1 --out flicker.json
+    python bench/host/host_flicker.py --seconds 15 --cores 1 --out flicker.json
 
 The development VMs of this project spend ~30% of their time ~2x slower than their best, in
 spells from under a millisecond to seconds. Whether the GPU hosts do the same decides how host
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from phantom.engine.host import SLOW_STATE, _probe_ns  # noqa: E402
 
 PROBE_N = 500  # ~0.15 ms a probe on the development VM: fine enough to see sub-ms spells

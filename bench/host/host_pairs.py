@@ -1,6 +1,6 @@
 """Do the lent H100 hosts run host-bound steps slower than the lent H200 hosts, and by how much?
 
-    python bench/host_pairs.py [--out bench/data/session18/host_pairs.md]
+    python bench/host/host_pairs.py [--out FILE.md]
 
 phantom converts the script's host time to the simulated node's host by the node's reference CPU
 step (`GPUSpec.host_step_ns`, best speed) times a typical slowdown below that best
@@ -23,8 +23,8 @@ import statistics
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "bench" / "data"
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "bench" / "host" / "data"
 sys.path.insert(0, str(REPO))
 
 from phantom.hardware.gpus import (H100_HOST_STEP_NS, H200_HOST_STEP_NS,  # noqa: E402
@@ -32,33 +32,33 @@ from phantom.hardware.gpus import (H100_HOST_STEP_NS, H200_HOST_STEP_NS,  # noqa
 
 # (kind, file): real runs of each suite on the lent machines
 ONE_GPU = [
-    ("H100", "host_bound_h100.json"), ("H100", "host_bound_h100_b.json"),
-    ("H100", "session8/host_bound_h100_s8.json"),
-    ("H100", "session18/host_pairs_h100x2/host_bound_1gpu.json"),  # GPU 0 of the 2 x H100 machine
-    ("H100", "session18/host_pairs_h100/host_bound_1gpu.json"),
-    ("H200", "host_bound_h200.json"), ("H200", "session8/host_bound_h200_s8.json"),
+    ("H100", "host_bound_1gpu_h100_a.json"), ("H100", "host_bound_1gpu_h100_b.json"),
+    ("H100", "host_bound_1gpu_h100_c.json"),
+    ("H100", "host_bound_1gpu_h100_d.json"),  # GPU 0 of the 2 x H100 machine
+    ("H100", "host_bound_1gpu_h100_e.json"),
+    ("H200", "host_bound_1gpu_h200_a.json"), ("H200", "host_bound_1gpu_h200_b.json"),
 ]
 TWO_GPUS = [
-    ("H100", "h100x2_session17/call1_host_bound/real_host_bound_h100x2.json"),
-    ("H100", "h100x2_session17/call3_followup/real_host_bound_h100x2_b.json"),
-    ("H100", "session18/host_pairs_h100x2/host_bound_2gpu.json"),
-    ("H200", "real_distributed_host_bound_h200x2.json"),
+    ("H100", "host_bound_2gpu_h100_a.json"),
+    ("H100", "host_bound_2gpu_h100_b.json"),
+    ("H100", "host_bound_2gpu_h100_c.json"),
+    ("H200", "host_bound_2gpu_h200_a.json"),
 ]
 # (kind, file): host_flicker.py runs, one mean slowdown per probing core
 FLICKER = [
-    ("H200", "host_flicker/flicker_1core.json"), ("H200", "host_flicker/flicker_1core_after.json"),
-    ("H200", "host_flicker/flicker_2cores.json"),
-    ("H200", "session8/flicker_h200_s8.json"), ("H200", "session8/flicker_h200_s8_after.json"),
-    ("H100", "host_flicker/flicker_h100_1core.json"),
-    ("H100", "session8/flicker_h100_s8.json"), ("H100", "session8/flicker_h100_s8_after.json"),
-    ("H100", "h100_session18/flicker_h100_1core.json"),
-    ("H100", "session18/host_pairs_h100x2/flicker_before.json"),
-    ("H100", "session18/host_pairs_h100x2/flicker_after.json"),
-    ("H100", "session18/host_pairs_h100/flicker_before.json"),
-    ("H100", "session18/host_pairs_h100/flicker_after.json"),
+    ("H200", "flicker_h200_a.json"), ("H200", "flicker_h200_b.json"),
+    ("H200", "flicker_h200_c.json"),
+    ("H200", "flicker_h200_d.json"), ("H200", "flicker_h200_e.json"),
+    ("H100", "flicker_h100_a.json"),
+    ("H100", "flicker_h100_b.json"), ("H100", "flicker_h100_c.json"),
+    ("H100", "flicker_h100_d.json"),
+    ("H100", "flicker_h100_e.json"),
+    ("H100", "flicker_h100_f.json"),
+    ("H100", "flicker_h100_g.json"),
+    ("H100", "flicker_h100_h.json"),
 ]
-# What the presets made of an H100 host against an H200 host before session 18 (per-kind
-# typical slowdowns, 1.59 and 1.32) and since (one pooled value).
+# What the presets made of an H100 host against an H200 host with per-kind
+# typical slowdowns (1.59 and 1.32), and with one pooled value (the current model).
 PER_KIND_RATIO = H100_HOST_STEP_NS * 1.59 / (H200_HOST_STEP_NS * 1.32)
 POOLED_RATIO = H100_HOST_STEP_NS / H200_HOST_STEP_NS
 
@@ -96,7 +96,7 @@ def report() -> str:
             lines.append(f"| {suite} | `{a}` | `{b}` | {r:.2f} |")
     lines += ["", f"Median over the {len(every)} pairs: **{statistics.median(every):.2f}** "
               f"(range {min(every):.2f}-{max(every):.2f}). phantom's H100 host against its H200 host: "
-              f"{PER_KIND_RATIO:.2f} with per-kind typical slowdowns (before session 18), "
+              f"{PER_KIND_RATIO:.2f} with per-kind typical slowdowns (the earlier model), "
               f"{POOLED_RATIO:.2f} with one pooled value (the reference steps' ratio alone).", "",
               "Flicker runs (`host_flicker.py`, mean slowdown against the fastest probe):", "",
               "| host | file | mean slowdown |", "|---|---|---|"]

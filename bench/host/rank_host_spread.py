@@ -1,10 +1,10 @@
 """How much the ranks of one real multi-GPU step differ in host time: the straggler spread.
 
-    python bench/rank_host_spread.py [--out bench/data/session19/rank_host_spread.md]
+    python bench/host/rank_host_spread.py [--out FILE.md]
 
 Every rank of a data- or tensor-parallel step runs the same host code, yet on the lent GPU
 hosts one rank's Python takes 5-30% longer than the other's in the same step, mostly the same
-rank all run long (bench/README, distributed, session 19). The step then ends when the slower
+rank all run long. The step then ends when the slower
 rank's work is done. This reads every real run that recorded each rank's host time per step
 (`tp_rank_desync.py`, `ddp_rank_skew.py`) and fits one number: the spread sigma of a rank's
 host time in a lognormal model, from the mean over steps of (slowest rank / mean of the ranks),
@@ -20,25 +20,25 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from phantom.engine.host import expected_max_normal, straggler_pace  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 # (file, host): each file's `steps` hold every rank's host ms per step (the two scripts write the
 # same field: from the step's start to the optimizer step's return)
 RUNS = [
-    ("session19/h200x2_call3_rank_desync/desync_1b_s2048.json", "H200 x2"),
-    ("session19/h200x2_call3_rank_desync/desync_gpt2-350m_s128.json", "H200 x2"),
-    ("session19/h200x2_call3_rank_desync/desync_3b_s2048.json", "H200 x2"),
-    ("session19/h200x2_call2_followup/skew_x2_357.json", "H200 x2"),
-    ("session19/h200x2_call5_rank_spread_again/desync_1b_s2048.json", "H200 x2 (another)"),
-    ("session19/h200x2_call5_rank_spread_again/desync_gpt2-350m_s128.json", "H200 x2 (another)"),
-    ("session19/h200x2_call5_rank_spread_again/desync_3b_s2048.json", "H200 x2 (another)"),
-    ("session19/h200x2_call5_rank_spread_again/skew_x2.json", "H200 x2 (another)"),
-    ("session18/ddp_rank_skew_h100x2/skew_x2_57.json", "H100 x2"),
-    ("session18/ddp_rank_skew_h100x2/skew_x2_135.json", "H100 x2"),
-] + [  # session 27: one 4 x H100 host, the same TP steps with 2 and with 4 ranks, alternating
-    (f"session27/device_rank_spread_h100x4/desync_{cfg}_x{w}_r{r}.json", f"H100 x4 host, {w} ranks")
+    ("rank_steps_h200x2_a_desync_1b_s2048.json", "H200 x2"),
+    ("rank_steps_h200x2_a_desync_gpt2-350m_s128.json", "H200 x2"),
+    ("rank_steps_h200x2_a_desync_3b_s2048.json", "H200 x2"),
+    ("rank_steps_h200x2_a_skew_x2_357.json", "H200 x2"),
+    ("rank_steps_h200x2_b_desync_1b_s2048.json", "H200 x2 (another)"),
+    ("rank_steps_h200x2_b_desync_gpt2-350m_s128.json", "H200 x2 (another)"),
+    ("rank_steps_h200x2_b_desync_3b_s2048.json", "H200 x2 (another)"),
+    ("rank_steps_h200x2_b_skew_x2.json", "H200 x2 (another)"),
+    ("rank_steps_h100x2_skew_x2_57.json", "H100 x2"),
+    ("rank_steps_h100x2_skew_x2_135.json", "H100 x2"),
+] + [  # one 4 x H100 host, the same TP steps with 2 and with 4 ranks, alternating
+    (f"rank_steps_h100x4_desync_{cfg}_x{w}_r{r}.json", f"H100 x4 host, {w} ranks")
     for r in (1, 2) for cfg in ("1b_s2048", "gpt2-350m_s128", "3b_s2048") for w in (2, 4)
 ]
 

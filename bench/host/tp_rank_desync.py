@@ -1,7 +1,7 @@
 """How far apart the ranks' hosts run within a tensor-parallel step, mark by mark.
 
-    torchrun --nproc-per-node 2 bench/tp_rank_desync.py --preset 1b --out desync.json     # on the GPUs
-    phantom run --nproc-per-node 2 --gpu H200 bench/tp_rank_desync.py --preset 1b --out desync_sim.json
+    torchrun --nproc-per-node 2 bench/host/tp_rank_desync.py --preset 1b --out desync.json     # on the GPUs
+    phantom run --nproc-per-node 2 --gpu H200 bench/host/tp_rank_desync.py --preset 1b --out desync_sim.json
 
 The TP GPT step of `examples/dist_train.py --parallel tp` (DTensor colwise/rowwise blocks, bf16
 autocast, AdamW), with every rank recording `time.perf_counter()` as each transformer block's
@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 
 
 def summarize(every: list[list[list[float]]]) -> dict:

@@ -1,8 +1,8 @@
 """Host time of a small transformer block, alone and right after a collective.
 
-    python bench/collective_cold_block.py sim --out bench/data/session40/cold_block_sim   # phantom, 2 ranks
-    python bench/collective_cold_block.py real --out DIR                                    # torchrun, 2 GPUs
-    torchrun --nproc-per-node 2 bench/collective_cold_block.py worker                       # one measurement
+    python bench/probes/collective_cold_block.py sim --out bench/data/session40/cold_block_sim   # phantom, 2 ranks
+    python bench/probes/collective_cold_block.py real --out DIR                                    # torchrun, 2 GPUs
+    torchrun --nproc-per-node 2 bench/probes/collective_cold_block.py worker                       # one measurement
 
 The worker times `block` (LayerNorm, Linear, GELU, add on a 64 x 1024 bf16 tensor: a
 transformer block's kinds of op) with `time.perf_counter`, four blocks in a row, 200 times:
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BLOCKS = 4
 REPEATS = 200
 ROUNDS = 3

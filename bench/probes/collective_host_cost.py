@@ -1,6 +1,6 @@
 """Host cost of issuing one NCCL collective, per op, on a real GPU host.
 
-    torchrun --nproc-per-node 2 bench/collective_host_cost.py --out collective_host_cost.json
+    torchrun --nproc-per-node 2 bench/probes/collective_host_cost.py --out collective_host_cost.json
 
 phantom measures the script's own Python, `torch.distributed`'s wrappers included, on the
 simulating machine; what it cannot run is ProcessGroupNCCL's C++ side (work object, CUDA

@@ -1,6 +1,6 @@
 """How much slower a rank's Python runs right after a simulated collective, under phantom.
 
-    phantom run --nproc-per-node 2 --gpu H200 bench/collective_wake_cost.py
+    phantom run --nproc-per-node 2 --gpu H200 bench/probes/collective_wake_cost.py
 
 Under phantom, every collective blocks the rank process on its coordinator round trip while the
 other ranks and the coordinator run; on a real GPU host the NCCL enqueue returns at once and

@@ -15,7 +15,7 @@ of the target GPU's time are compared with its measured row:
 
 No GPU needed: the calls are rebuilt on meta tensors from the recorded specs.
 
-    python bench/db_borrow.py --out bench/data/db_borrow.md
+    python bench/probes/db_borrow.py --out bench/data/db_borrow.md
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from phantom.cost.db import load_db, shipped_db_path  # noqa: E402

@@ -9,7 +9,7 @@ entries a step x ~19.5 µs against ~185 ms of gaps), so a 10% error in it moves 
 intra-op thread, alternating blocks of 4 steps, median of the pairs' differences) on other
 steps, with and without their optimizer, and the entries counted by kind.
 
-    phantom run --gpu H200 bench/dispatch_overhead_by_workload.py [--workloads calib,gpt6_no,...]
+    phantom run --gpu H200 bench/probes/dispatch_overhead_by_workload.py [--workloads calib,gpt6_no,...]
 
 A diagnostic that finds the running Simulation through its `gc.callbacks` hook and uses the
 calibration's own pieces (`measure_raw_gaps`, `paired_blocks`); run it alone, not inside a
@@ -33,7 +33,7 @@ from torch._subclasses.fake_tensor import unset_fake_temporarily
 from phantom.engine.host import CALIBRATION_SHAPE, training_step
 from phantom.interception import mode as phantom_mode
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 STEPS = 4  # calls per block, as the calibration
 ENTRIES: collections.Counter = collections.Counter()
 

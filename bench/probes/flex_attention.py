@@ -1,20 +1,22 @@
 """FlexAttention (torch.compile'd `flex_attention` with a block mask) on one GPU, real and simulated.
 
-The same script runs on a GPU (`python bench/flex_attention.py`) and under phantom (`phantom run
---gpu H200 bench/flex_attention.py`). For each shape and mask it times, with CUDA events, ten
+The same script runs on a GPU (`python bench/probes/flex_attention.py`) and under phantom (`phantom run
+--gpu H200 bench/probes/flex_attention.py`). For each shape and mask it times, with CUDA events, ten
 forwards back to back and ten forward + backward steps (GPU-bound: the kernels are long enough
 to hide the host), and prints one JSON line per config. `--compare REAL SIM` makes the table.
 
-    python bench/flex_attention.py --out real.jsonl                       # on the GPU
-    phantom run --gpu H200 bench/flex_attention.py --out sim.jsonl       # here
-    python bench/flex_attention.py --compare real.jsonl sim.jsonl
+    python bench/probes/flex_attention.py --out real.jsonl                       # on the GPU
+    phantom run --gpu H200 bench/probes/flex_attention.py --out sim.jsonl       # here
+    python bench/probes/flex_attention.py --compare real.jsonl sim.jsonl
 """
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from jsonl import emit, rows_by
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "suites"))  # jsonl.py
+from jsonl import emit, rows_by  # noqa: E402
 
 SHAPES = {  # name: batch, heads, sequence, head dim
     "b4-h16-s4096-d64": (4, 16, 4096, 64),

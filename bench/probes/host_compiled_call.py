@@ -1,8 +1,8 @@
 """Host cost of calling a torch.compile'd function on a GPU host, against the same function run
 eagerly: what phantom charges for a compiled call (Simulation.begin_fused_region).
 
-    python bench/host_compiled_call.py --out compiled_call.json      # on a GPU host
-    python bench/host_compiled_call.py --training --out compiled_training.json
+    python bench/probes/host_compiled_call.py --out compiled_call.json      # on a GPU host
+    python bench/probes/host_compiled_call.py --training --out compiled_training.json
 
 Tiny tensors (the GPU finishes each kernel long before the host issues the next), no_grad,
 after warm-up: host microseconds per call, the median of 7 blocks of 500 calls. The functions

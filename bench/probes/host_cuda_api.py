@@ -1,8 +1,8 @@
 """Host time of the CUDA runtime calls frameworks make between kernels: streams, events, syncs.
 
-    python bench/host_cuda_api.py --out cuda_api_real.json                        # on a GPU host
-    phantom run --gpu H200 bench/host_cuda_api.py --out cuda_api_sim.json         # simulated
-    python bench/host_cuda_api.py --compare cuda_api_real.json cuda_api_sim.json  # the table
+    python bench/probes/host_cuda_api.py --out cuda_api_real.json                        # on a GPU host
+    phantom run --gpu H200 bench/probes/host_cuda_api.py --out cuda_api_sim.json         # simulated
+    python bench/probes/host_cuda_api.py --compare cuda_api_real.json cuda_api_sim.json  # the table
 
 DeepSpeed ZeRO-3 makes ~4,000 such calls a step (current stream, stream contexts, stream and
 event waits, event records and queries; counted under phantom), FSDP and Megatron's overlapped

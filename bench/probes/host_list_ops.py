@@ -1,8 +1,8 @@
 """Host time of ops that take lists of tensors: foreach ops, `torch.cat`, an optimizer step.
 
-    python bench/host_list_ops.py --out list_ops_real.json                       # on a GPU host
-    phantom run --gpu H200 bench/host_list_ops.py --out list_ops_sim.json        # simulated
-    python bench/host_list_ops.py --compare list_ops_real.json list_ops_sim.json # the table
+    python bench/probes/host_list_ops.py --out list_ops_real.json                       # on a GPU host
+    phantom run --gpu H200 bench/probes/host_list_ops.py --out list_ops_sim.json        # simulated
+    python bench/probes/host_list_ops.py --compare list_ops_real.json list_ops_sim.json # the table
 
 An optimizer step is a dozen foreach calls over every parameter: on a GPU host each costs a
 fraction of a microsecond per tensor (multi_tensor_apply packs ~36 tensors per launch), while

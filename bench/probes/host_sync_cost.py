@@ -5,9 +5,9 @@ per gradient tensor to the host, and logging loops read losses with `.item()`: e
 for the stream and copies a few bytes. The same script runs on both sides (`time.perf_counter`
 is the simulated host clock under phantom):
 
-    python bench/host_sync_cost.py --out real.json                          # GPU host
-    phantom run --gpu H100 bench/host_sync_cost.py --out sim.json           # here
-    python bench/host_sync_cost.py --compare real.json sim.json
+    python bench/probes/host_sync_cost.py --out real.json                          # GPU host
+    phantom run --gpu H100 bench/probes/host_sync_cost.py --out sim.json           # here
+    python bench/probes/host_sync_cost.py --compare real.json sim.json
 
 Cases (µs per read, median of ROUNDS rounds of N reads each):
   item_idle        `x.item()` of a 0-d tensor, the stream already idle

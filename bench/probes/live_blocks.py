@@ -7,9 +7,9 @@ row of `cuda_graphs.py`'s training and inference steps, takes `_snapshot()` and 
 active blocks by the innermost frame of their allocation stack in the script's own code
 (torch's and phantom's frames skipped), with `memory_allocated()` beside it.
 
-    python bench/live_blocks.py --batch 2 --out real.json               # on the GPU
-    phantom run --gpu H100 bench/live_blocks.py --batch 2 --out sim.json
-    python bench/live_blocks.py --compare real.json sim.json
+    python bench/probes/live_blocks.py --batch 2 --out real.json               # on the GPU
+    phantom run --gpu H100 bench/probes/live_blocks.py --batch 2 --out sim.json
+    python bench/probes/live_blocks.py --compare real.json sim.json
 """
 from __future__ import annotations
 

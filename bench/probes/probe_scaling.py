@@ -9,9 +9,9 @@ per iteration, what its gaps were charged with the gap scale as measured and wit
 correction, 1: phantom's, which since Session 30 is itself the probe's swing at half strength,
 `host.PROBE_STRENGTH`) and prints how much the runs spread (coefficient of variation):
 
-    for i in 1 2 3 4 5 6; do phantom run --quiet --gpu H100 bench/probe_scaling.py record run$i.json \\
+    for i in 1 2 3 4 5 6; do phantom run --quiet --gpu H100 bench/probes/probe_scaling.py record run$i.json \\
         examples/gpt_train.py --preset gpt2-124m --seq-len 512 --batch-size 1 --steps 10; done
-    python bench/probe_scaling.py damping run*.json
+    python bench/probes/probe_scaling.py damping run*.json
 """
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ micro-batch of 4096 tokens, each row's TP shard):
 `fused` is the same cuBLAS call Apex makes (bf16 A and B, fp32 C read and written, beta = 1),
 through torch's `out_dtype` GEMM. The same script runs on a real GPU and under phantom:
 
-    python bench/wgrad_fusion.py run --out real.json                 # on the GPU
-    phantom run --gpu H100 bench/wgrad_fusion.py run --out sim.json  # simulated
-    python bench/wgrad_fusion.py compare real.json sim.json --out bench/data/wgrad_fusion.md
+    python bench/probes/wgrad_fusion.py run --out real.json                 # on the GPU
+    phantom run --gpu H100 bench/probes/wgrad_fusion.py run --out sim.json  # simulated
+    python bench/probes/wgrad_fusion.py compare real.json sim.json --out bench/data/wgrad_fusion.md
 """
 from __future__ import annotations
 

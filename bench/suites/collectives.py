@@ -1,10 +1,10 @@
 """NCCL collectives through torch.distributed, nccl-tests style: real GPUs versus phantom.
 
-    python bench/collectives.py list
-    python bench/collectives.py real --out bench/data/real_collectives_h200x2.json    # on the 2-GPU machine
-    python bench/collectives.py sim --gpu H200 --real bench/data/real_collectives_h200x2.json --out bench/data/sim_collectives_h200x2.md
+    python bench/suites/collectives.py list
+    python bench/suites/collectives.py real --out bench/data/real_collectives_h200x2.json    # on the 2-GPU machine
+    python bench/suites/collectives.py sim --gpu H200 --real bench/data/real_collectives_h200x2.json --out bench/data/sim_collectives_h200x2.md
 
-`real` starts `torchrun --nproc-per-node N bench/collectives.py worker ...` (one process per
+`real` starts `torchrun --nproc-per-node N bench/suites/collectives.py worker ...` (one process per
 GPU) and records what rank 0 prints; `sim` runs the same worker under
 `phantom run --nproc-per-node N --gpu GPU` and compares. The driver is standard library
 only; the worker (the `worker` subcommand, started by torchrun or phantom) imports torch.
@@ -37,8 +37,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-SCRIPT = "bench/collectives.py"
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = "bench/suites/collectives.py"
 OPS = ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "sendrecv"]
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 # Lent multi-GPU machines must never use NVLink multicast (NVLS): it can take the shared host's
@@ -407,7 +407,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
 
 
 def markdown(rows: list[dict], real: dict, gpu: str, real_path: str | None, error: str | None) -> str:
-    lines = [f"phantom --gpu {gpu} --nproc-per-node 2, bench/collectives.py vs real ({real_path or 'no real data'})", ""]
+    lines = [f"phantom --gpu {gpu} --nproc-per-node 2, bench/suites/collectives.py vs real ({real_path or 'no real data'})", ""]
     if error:
         lines += [f"sim FAILED: {error}", ""]
     summary = []

@@ -1,8 +1,8 @@
 """CUDA graphs, real and simulated: what a replay costs, and training and inference steps
 captured whole, through `make_graphed_callables` and under `torch.compile(mode="reduce-overhead")`.
 
-The same script on a GPU (`python bench/cuda_graphs.py`) and under phantom (`phantom run --gpu
-H200 bench/cuda_graphs.py`). Prints one JSON line per measurement:
+The same script on a GPU (`python bench/suites/cuda_graphs.py`) and under phantom (`phantom run --gpu
+H200 bench/suites/cuda_graphs.py`). Prints one JSON line per measurement:
 
 - `launch`: a graph of K tiny in-place adds (K = 1 ... 1024): host time of `capture` (the
   `torch.cuda.graph` block, instantiation included) and of one `replay()` call, the replay's GPU
@@ -16,9 +16,9 @@ H200 bench/cuda_graphs.py`). Prints one JSON line per measurement:
   with and without `mode="reduce-overhead"`; inference (no_grad forward) eager, captured and
   compiled both ways.
 
-    python bench/cuda_graphs.py --out real.jsonl
-    phantom run --gpu H200 bench/cuda_graphs.py --out sim.jsonl
-    python bench/cuda_graphs.py --compare real.jsonl sim.jsonl
+    python bench/suites/cuda_graphs.py --out real.jsonl
+    phantom run --gpu H200 bench/suites/cuda_graphs.py --out sim.jsonl
+    python bench/suites/cuda_graphs.py --compare real.jsonl sim.jsonl
 """
 from __future__ import annotations
 

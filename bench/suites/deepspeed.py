@@ -1,14 +1,14 @@
 """DeepSpeed end-to-end benchmark: examples/deepspeed/train.py (HF Llama + deepspeed.initialize) with
 ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
 
-    python bench/deepspeed.py list
-    python bench/deepspeed.py real --out bench/data/deepspeed_real_h200x2.json      # on the 2-GPU machine
-    python bench/deepspeed.py sim --gpu H200 --real bench/data/deepspeed_real_h200x2.json \\
+    python bench/suites/deepspeed.py list
+    python bench/suites/deepspeed.py real --out bench/data/deepspeed_real_h200x2.json      # on the 2-GPU machine
+    python bench/suites/deepspeed.py sim --gpu H200 --real bench/data/deepspeed_real_h200x2.json \\
         --out bench/data/deepspeed_sim_h200x2
-    python bench/deepspeed.py sim --gpu H200 --repeat 3 --real r1.json r2.json --out OUT   # pooled samples
-    python bench/deepspeed.py sim --real r1.json r2.json r3.json --runs-from OUT.json --out OUT2   # no new runs
-    python bench/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
-    python bench/deepspeed.py args z2-1b-lion --dir /tmp/x   # one config's script and arguments
+    python bench/suites/deepspeed.py sim --gpu H200 --repeat 3 --real r1.json r2.json --out OUT   # pooled samples
+    python bench/suites/deepspeed.py sim --real r1.json r2.json r3.json --runs-from OUT.json --out OUT2   # no new runs
+    python bench/suites/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
+    python bench/suites/deepspeed.py args z2-1b-lion --dir /tmp/x   # one config's script and arguments
 
 `real` first builds DeepSpeed's FusedAdam CUDA extension (JIT, nvcc) once, then runs each config
 with `torchrun --nproc-per-node 2` (`--nproc 1`: one GPU, the same ZeRO code path with one
@@ -49,7 +49,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectives import environment, phantom_cmd, run_streaming, torchrun_cmd, write_json  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = "examples/deepspeed/train.py"
 PIPE_SCRIPT = "examples/deepspeed/train_pipe.py"
 CONFIGS = REPO / "examples" / "deepspeed"
@@ -232,7 +232,7 @@ def select(names: str | None, nproc: int = 2) -> list[Config]:
     wanted = names.split(",")
     unknown = set(wanted) - {c.name for c in CONFIGS_2GPU}
     if unknown:
-        raise SystemExit(f"unknown config(s) {sorted(unknown)}; see `python bench/deepspeed.py list`")
+        raise SystemExit(f"unknown config(s) {sorted(unknown)}; see `python bench/suites/deepspeed.py list`")
     chosen = [c for c in CONFIGS_2GPU if c.name in wanted]
     too_big = [c.name for c in chosen if c.gpus_needed > nproc]
     if too_big:

@@ -1,8 +1,8 @@
 """Multi-GPU accuracy benchmark: examples/dist_train.py (DDP, FSDP2, TP, PP) for real versus under phantom.
 
-    python bench/distributed.py list
-    python bench/distributed.py real --out bench/data/real_distributed_h200x2.json      # on the 2-GPU machine
-    python bench/distributed.py sim --gpu H200 --real bench/data/real_distributed_h200x2.json --out bench/data/sim_distributed_h200x2.md
+    python bench/suites/distributed.py list
+    python bench/suites/distributed.py real --out bench/data/real_distributed_h200x2.json      # on the 2-GPU machine
+    python bench/suites/distributed.py sim --gpu H200 --real bench/data/real_distributed_h200x2.json --out bench/data/sim_distributed_h200x2.md
 
 `real` runs every config as its own `torchrun --nproc-per-node 2` and records the median
 iteration time and the peak memory (rank 0 and the maximum over ranks) that rank 0 prints in its

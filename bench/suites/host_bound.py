@@ -1,8 +1,8 @@
 """Host-bound training steps: small models where the CPU's Python and launch overhead, not
 the GPU, sets the iteration time. Checks phantom's host-time model (README, "Host time").
 
-    python bench/host_bound.py real --out bench/data/host_bound_h100.json   # on the GPU machine
-    python bench/host_bound.py sim --gpu H100 --real bench/data/host_bound_h100.json
+    python bench/suites/host_bound.py real --out bench/data/host_bound_h100.json   # on the GPU machine
+    python bench/suites/host_bound.py sim --gpu H100 --real bench/data/host_bound_h100.json
 
 Uses the runners of single_gpu.py; the workloads are the shipped examples with small sizes.
 """
@@ -12,6 +12,7 @@ import argparse
 import datetime
 import json
 import platform
+import shlex
 import statistics
 import sys
 import tempfile
@@ -51,7 +52,8 @@ def cmd_real(args: argparse.Namespace) -> None:
 
 def _simulate(name: str, args: argparse.Namespace, tmp: str, i: int) -> tuple[float | None, dict, dict]:
     report = Path(tmp) / f"{name}.{i}.json"
-    prefix = [*phantom_cmd(None), "run", "--gpu", args.gpu, "--quiet", "--report", str(report), "--"]
+    prefix = [*phantom_cmd(None), "run", "--gpu", args.gpu, "--quiet", *shlex.split(args.run_args), "--report",
+              str(report), "--"]
     sim = run_one([*prefix, *WORKLOADS[name], "--steps", str(args.steps), "--warmup", str(args.warmup)],
                   args.timeout)
     rep = json.loads(report.read_text()) if report.exists() else {}
@@ -64,7 +66,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
     real = json.loads(Path(args.real).read_text())["results"]
     rows, errs = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        for name in WORKLOADS:
+        for name in [n for n in WORKLOADS if not args.only or n in args.only.split(",")]:
             runs = [_simulate(name, args, tmp, i) for i in range(args.repeat)]
             times = sorted(ms for ms, _, _ in runs if ms is not None)
             real_ms = real.get(name, {}).get("median_iter_ms")
@@ -103,7 +105,9 @@ def main() -> None:
         if mode == "sim":
             s.add_argument("--gpu", default="H100")
             s.add_argument("--real", required=True)
+            s.add_argument("--only", default="", help="comma-separated workload names (default: all)")
             s.add_argument("--repeat", type=int, default=3, help="simulations per workload (median)")
+            s.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
     args = p.parse_args()
     (cmd_real if args.mode == "real" else cmd_sim)(args)
 

@@ -1,11 +1,11 @@
 """Megatron-Core end-to-end benchmark: examples/megatron/pretrain_gpt.py under phantom, against
 real runs and against Megatron's published H100 rows.
 
-    python bench/megatron.py list
-    python bench/megatron.py real --out bench/data/megatron_real_h200x2.json   # on 2 real GPUs
-    python bench/megatron.py sim --gpu H200 --real bench/data/megatron_real_h200x2.json \\
+    python bench/suites/megatron.py list
+    python bench/suites/megatron.py real --out bench/data/megatron_real_h200x2.json   # on 2 real GPUs
+    python bench/suites/megatron.py sim --gpu H200 --real bench/data/megatron_real_h200x2.json \\
         --out bench/data/megatron_sim_h200x2
-    python bench/megatron.py published --out bench/data/megatron_published
+    python bench/suites/megatron.py published --out bench/data/megatron_published
 
 `real` runs `torchrun --nproc-per-node 2 examples/megatron/pretrain_gpt.py ...` for each 2-GPU
 config and records Megatron's log line of every iteration (elapsed time per iteration, TFLOP/s
@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "megatron" / "pretrain_gpt.py"
 WARMUP = 2
 ITER_RE = re.compile(r"iteration\s+(\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): ([\d.]+) \|"

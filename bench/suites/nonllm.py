@@ -1,9 +1,9 @@
 """Vision, diffusion and graph workloads: real 1- and 2-GPU runs against phantom (issue 10).
 
-    python bench/nonllm.py real --out bench/data/real_nonllm_h200x2.json     # on the GPU host
-    python bench/nonllm.py sim  --real bench/data/real_nonllm_h200x2.json \\
+    python bench/suites/nonllm.py real --out bench/data/real_nonllm_h200x2.json     # on the GPU host
+    python bench/suites/nonllm.py sim  --real bench/data/real_nonllm_h200x2.json \\
                                 --out bench/data/sim_nonllm_h200x2.md        # anywhere
-    python bench/nonllm.py record --out-dir bench/profile/records           # op signatures
+    python bench/suites/nonllm.py record --out-dir bench/profile/records           # op signatures
 
 Each workload is an example script run unchanged by torchrun (real) and by
 `phantom run --nproc-per-node N --gpu H200` (simulated), with the same arguments; both sides
@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # name -> (script, arguments): the same on both sides.
 WORKLOADS: dict[str, tuple[str, list[str]]] = {

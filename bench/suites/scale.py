@@ -1,6 +1,6 @@
 """How far one machine simulates: wall time and RAM against the simulated GPU count.
 
-    python bench/scale.py [--only NAME ...] [--startup] [--out bench/data/scale.md]
+    python bench/suites/scale.py [--only NAME ...] [--startup] [--out bench/data/scale.md]
 
 Runs examples/llama_train.py (Llama-3 8B, or 70B for the 3-D layout; seq 8192) through
 `phantom run --cluster h100-ib` (8 H100 a node, one 400 Gb/s NIC per GPU) from 8 to 1,024
@@ -23,7 +23,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LLAMA = ["examples/llama_train.py", "--seq-len", "8192", "--steps", "3", "--warmup", "1"]
 # name: (nodes, script arguments, what it is)
 RUNS = {

@@ -1,8 +1,8 @@
 """Single-GPU accuracy benchmark: examples/gpt_train.py for real versus under phantom.
 
-    python bench/single_gpu.py list
-    python bench/single_gpu.py real --out bench/data/real_h100.json          # on a machine with the GPU
-    python bench/single_gpu.py sim --gpu H100 --real bench/data/real_h100.json --out bench/data/sim_h100.md
+    python bench/suites/single_gpu.py list
+    python bench/suites/single_gpu.py real --out bench/data/real_h100.json          # on a machine with the GPU
+    python bench/suites/single_gpu.py sim --gpu H100 --real bench/data/real_h100.json --out bench/data/sim_h100.md
 
 `real` runs every config as its own process on this machine's GPU and records the median
 iteration time and peak memory that the script prints in its `summary:` line. `sim` runs the same
@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = "examples/gpt_train.py"
 GIB = 2**30
 
@@ -247,7 +247,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
         for c in select(args.configs):
             report_path = Path(tmp) / f"{c.name}.json"
             cold = ["--no-db"] if args.cold else []
-            cmd = [*phantom, "run", "--gpu", args.gpu, "--quiet", *cold, "--report", str(report_path),
+            cmd = [*phantom, "run", "--gpu", args.gpu, "--quiet", *cold, *shlex.split(args.run_args), "--report", str(report_path),
                    "--", SCRIPT, *c.args(args.steps, args.warmup)]
             r = run_one(cmd, args.timeout)
             report = json.loads(report_path.read_text()) if report_path.exists() else {}
@@ -327,6 +327,7 @@ def main() -> None:
     p.add_argument("--cold", action="store_true",
                    help="leave out the shipped kernel database (phantom run --no-db): fallback model only")
     p.add_argument("--phantom", help="command that starts phantom (default: the `phantom` command, else phantom.cli from this checkout)")
+    p.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
     args = parser.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim}[args.mode](args)
 

@@ -1,13 +1,13 @@
 """TorchTitan end-to-end benchmark: torchtitan 0.3.0's own trainer under phantom, against published
 numbers and against real runs.
 
-    python bench/torchtitan.py list
-    python bench/torchtitan.py published [--rows NAME,...] [--out bench/data/torchtitan_published]
-    python bench/torchtitan.py wheels                      # on a machine with network: bench/torchtitan_wheels/
-    python bench/torchtitan.py real --out bench/data/torchtitan_real_h200x2.json     # on the 2-GPU machine
-    python bench/torchtitan.py sim --gpu H200 --real bench/data/torchtitan_real_h200x2.json \\
+    python bench/suites/torchtitan.py list
+    python bench/suites/torchtitan.py published [--rows NAME,...] [--out bench/data/torchtitan_published]
+    python bench/suites/torchtitan.py wheels                      # on a machine with network: bench/torchtitan_wheels/
+    python bench/suites/torchtitan.py real --out bench/data/torchtitan_real_h200x2.json     # on the 2-GPU machine
+    python bench/suites/torchtitan.py sim --gpu H200 --real bench/data/torchtitan_real_h200x2.json \\
         --out bench/data/torchtitan_sim_h200x2
-    python bench/torchtitan.py compare --sim bench/data/torchtitan_sim_h200x2.json \\
+    python bench/suites/torchtitan.py compare --sim bench/data/torchtitan_sim_h200x2.json \\
         --real bench/data/torchtitan_real_h200x2.json --out bench/data/torchtitan_sim_h200x2
 
 `published` simulates the rows torchtitan published (../shared/reference/public-ground-truth.md):
@@ -16,7 +16,7 @@ Llama 2 13B/70B and Llama 3 8B/70B with FSDP on 64 A100 (docs/performance.md, Ap
 writes `<out>.md` and `<out>.json`. Rows of 64 and more GPUs need `phantom run --ranks auto`
 (one process per class of equivalent ranks); without it they are reported as not run.
 
-`real` runs `torchrun --nproc-per-node 2 bench/torchtitan_entry.py` (torchtitan's trainer with
+`real` runs `torchrun --nproc-per-node 2 bench/suites/torchtitan_entry.py` (torchtitan's trainer with
 phantom's torch-version patches only) for each 2-GPU config and records torchtitan's own step
 lines (tokens/s per GPU, memory). It needs torch with CUDA and torchtitan 0.3.0; without network,
 `bench/torchtitan_wheels/` (made by `wheels`) is installed with `pip install --no-deps --no-index`
@@ -37,9 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from collectives import environment, phantom_cmd, run_streaming, torchrun_cmd, write_json  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WHEELS = REPO / "bench" / "torchtitan_wheels"
-ENTRY = "bench/torchtitan_entry.py"
+ENTRY = "bench/suites/torchtitan_entry.py"
 PRESETS = ["--module", "examples.torchtitan"]
 # torchtitan's step line: "step:  5  loss: ... memory: 81.47GiB(85.60%)  tps: 5,779  tflops: 334.68  mfu: 33.84%"
 STEP_RE = re.compile(r"step:\s*(\d+).*?memory:\s*([\d.]+)GiB\(([\d.]+)%\).*?tps:\s*([\d,]+)"
@@ -48,10 +48,10 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 OOM_RE = re.compile(r"OutOfMemoryError|CUDA out of memory")
 
 # What torchtitan 0.3.0's trainer imports beyond torch and what a torch install brings (numpy,
-# typing-extensions, jinja2, ...): found by running bench/torchtitan_entry.py under phantom in a
+# typing-extensions, jinja2, ...): found by running bench/suites/torchtitan_entry.py under phantom in a
 # fresh environment holding only these. All are pure Python or abi3 wheels (any Python >= 3.10).
 # Versions: those this repository's simulated runs used. `datasets` and TensorBoard are replaced
-# by stand-ins when missing (bench/torchtitan_entry.py), which keeps pyarrow, pandas, aiohttp,
+# by stand-ins when missing (bench/suites/torchtitan_entry.py), which keeps pyarrow, pandas, aiohttp,
 # protobuf and grpc out.
 WHEEL_SPECS = ["torchtitan==0.3.0", "tyro==1.0.17", "docstring-parser==0.18.0", "typeguard==4.6.0",
                "rich==15.0.0", "pygments==2.21.0", "markdown-it-py==4.3.0", "mdurl==0.1.2",
@@ -165,7 +165,7 @@ class RealConfig:
     steps: int = 12
     skip: int = 4  # steps left out of the median: compile/autotune of FlexAttention, warm-up
     gpus: int = 2
-    model_2024: bool = False  # the 2024 Llama model code with the Python norm (bench/torchtitan_2024.py)
+    model_2024: bool = False  # the 2024 Llama model code with the Python norm (bench/suites/torchtitan_2024.py)
     patch_args: tuple[str, ...] = ()  # that script's own flags (--float8, --june-2025)
 
     def torchtitan_args(self) -> list[str]:
@@ -378,7 +378,7 @@ def install_wheels() -> None:
         return
     if not list(WHEELS.glob("*.whl")):
         raise SystemExit(f"torchtitan is not installed and {WHEELS} holds no wheels: run "
-                         "`python bench/torchtitan.py wheels` on a machine with network first\n"
+                         "`python bench/suites/torchtitan.py wheels` on a machine with network first\n"
                          + probe.stderr[-2000:])
     cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--find-links",
            str(WHEELS), *WHEEL_SPECS]

@@ -1,7 +1,7 @@
 """torchtitan 0.3.0's trainer running the Llama model code of torchtitan's 2024 published numbers.
 
-    phantom run --gpu H100-96GB --nproc-per-node 8 bench/torchtitan_2024.py [--rmsnorm=fused] <torchtitan flags>
-    torchrun --nproc-per-node 1 bench/torchtitan_entry.py --patches bench/torchtitan_2024.py <flags>  # for real
+    phantom run --gpu H100-96GB --nproc-per-node 8 bench/suites/torchtitan_2024.py [--rmsnorm=fused] <torchtitan flags>
+    torchrun --nproc-per-node 1 bench/suites/torchtitan_entry.py --patches bench/suites/torchtitan_2024.py <flags>  # for real
 
 Why: torchtitan's published H100 rows (benchmarks/llama3_h100_202412_torchtitan.md) name their
 versions, torchtitan 9dec370 (2024-12-26) and a torch nightly of 2024-12-23; its 64 x A100 rows
@@ -46,7 +46,7 @@ list without abs. Those runs compiled the loss too (0.3.0's default), as 9dec370
 
 This entry point gives 0.3.0's Llama those four, and nothing else changes: it is
 `python -m torchtitan.train` with the same flags, under phantom or for real (run by
-`bench/torchtitan_entry.py --patches`, it installs them with the Python norm). The dataloader still
+`bench/suites/torchtitan_entry.py --patches`, it installs them with the Python norm). The dataloader still
 emits per-document positions (0.3.0); with SDPA they feed RoPE only, as in 9dec370 each row is
 one causal sequence. """
 from __future__ import annotations
@@ -62,7 +62,7 @@ if _RUN_AS_SCRIPT:
     __name__ = "torchtitan_2024"
     sys.modules[__name__] = sys.modules["__main__"]
 
-# bench/ holds torchtitan.py, the benchmark, which would shadow the torchtitan package.
+# bench/suites/ holds torchtitan.py, the benchmark, which would shadow the torchtitan package.
 _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
@@ -276,4 +276,4 @@ def take_own_flags(args: list[str]) -> list[str]:
 if _RUN_AS_SCRIPT:
     sys.argv = [sys.argv[0], *take_own_flags(sys.argv[1:])]
     runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
-# bench/torchtitan_entry.py --patches calls take_own_flags
+# bench/suites/torchtitan_entry.py --patches calls take_own_flags

@@ -1,6 +1,6 @@
-"""The torchrun target of `bench/torchtitan.py real`: torchtitan 0.3.0's own trainer on real GPUs.
+"""The torchrun target of `bench/suites/torchtitan.py real`: torchtitan 0.3.0's own trainer on real GPUs.
 
-    torchrun --standalone --nproc-per-node 2 bench/torchtitan_entry.py [--patches FILE] --module examples.torchtitan --config llama3_8b ...
+    torchrun --standalone --nproc-per-node 2 bench/suites/torchtitan_entry.py [--patches FILE] --module examples.torchtitan --config llama3_8b ...
 
 What runs is `python -m torchtitan.train ARGS`, unchanged, after two things:
 1. phantom's torch-version patches for torchtitan 0.3.0 on torch 2.11-2.13
@@ -13,7 +13,7 @@ What runs is `python -m torchtitan.train ARGS`, unchanged, after two things:
    TensorBoard (imported by torchtitan's metrics module, disabled in the presets). The real
    libraries are used when installed.
 `--patches FILE` (first) runs FILE before the trainer, as phantom runs it when FILE is the script
-(bench/torchtitan_2024.py: the 2024 model code of the published rows).
+(bench/suites/torchtitan_2024.py: the 2024 model code of the published rows).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import sys
 import types
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 class _Dataset:
@@ -91,7 +91,7 @@ def _install_standins() -> list[str]:
 
         class SummaryWriter:
             def __init__(self, *args, **kwargs):
-                raise ImportError("TensorBoard is not installed (bench/torchtitan_entry.py)")
+                raise ImportError("TensorBoard is not installed (bench/suites/torchtitan_entry.py)")
 
         mod.SummaryWriter = SummaryWriter
         sys.modules["torch.utils.tensorboard"] = mod
@@ -100,7 +100,7 @@ def _install_standins() -> list[str]:
 
 
 def main() -> None:
-    # bench/ is sys.path[0] for this script, and bench/torchtitan.py would shadow the package.
+    # bench/suites/ is sys.path[0] for this script, and bench/suites/torchtitan.py would shadow the package.
     here = Path(__file__).resolve().parent
     sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != here]
     sys.path.insert(0, str(REPO))  # phantom (its compat patches) and examples.torchtitan

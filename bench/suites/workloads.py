@@ -1,9 +1,9 @@
 """Workloads from the wider ecosystem, out of sample: real runs on one GPU against phantom.
 
-    python bench/workloads.py real --out bench/data/workloads/real_h100.json      # on the GPU host
-    python bench/workloads.py sim --real bench/data/workloads/real_h100.json \\
+    python bench/suites/workloads.py real --out bench/data/workloads/real_h100.json      # on the GPU host
+    python bench/suites/workloads.py sim --real bench/data/workloads/real_h100.json \\
                                   --out bench/data/workloads/sim_h100             # anywhere
-    python bench/workloads.py record --out-dir bench/profile/records              # op signatures
+    python bench/suites/workloads.py record --out-dir bench/profile/records              # op signatures
 
 Scripts written the way users of each library write them, none of them tuned against phantom
 before its first real run: the Hugging Face `Trainer` (accelerate underneath; also LoRA
@@ -13,13 +13,13 @@ is taken with the kernel database as shipped before these workloads were ever ru
 how phantom does on models it was not built around; a `record` + `phantom profile` round can
 add their kernels afterwards (and the table then says which rows were measured).
 
-`--set patterns` runs common training patterns instead (bench/patterns/: fp16 with a
+`--set patterns` runs common training patterns instead (bench/suites/patterns/: fp16 with a
 GradScaler and a tied model moved to the GPU after its optimizer was built, DDP with no_sync
 accumulation, FSDP1, tensor + sequence parallelism with loss_parallel, pipelining), most on two
 GPUs (torchrun on the GPU host, `--nproc-per-node 2` under phantom):
 
-    python bench/workloads.py real --set patterns --out real.json          # 2-GPU host
-    python bench/workloads.py sim --real real.json --out sim               # the set is in real.json
+    python bench/suites/workloads.py real --set patterns --out real.json          # 2-GPU host
+    python bench/suites/workloads.py sim --real real.json --out sim               # the set is in real.json
 
 Each workload runs unchanged under `python` (real; one GPU, no launcher) and under
 `phantom run --gpu <the real run's GPU>`, with the same arguments; both sides print the
@@ -37,7 +37,7 @@ from pathlib import Path
 
 from nonllm import _env, _host_info, _phantom, _torch_version, parse_summary
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 # name -> (script, arguments): the same on both sides.
 WORKLOADS: dict[str, tuple[str, list[str]]] = {
@@ -59,28 +59,28 @@ WORKLOADS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-# Common training patterns, out of sample (Session 32): plain-torch scripts in bench/patterns/
+# Common training patterns, out of sample (Session 32): plain-torch scripts in bench/suites/patterns/
 # written after a robustness sweep found them broken or untested under phantom. name ->
 # (script, arguments, GPUs); two GPUs run under torchrun on the GPU host and with
 # `--nproc-per-node 2` under phantom.
 PATTERNS: dict[str, tuple[str, list[str], int]] = {
-    "amp-fp16-tied": ("bench/patterns/amp_fp16.py", [], 1),
-    "ddp-accum4": ("bench/patterns/ddp_accum.py", [], 2),
-    "fsdp1-full": ("bench/patterns/fsdp1.py", ["--strategy", "FULL_SHARD"], 2),
-    "fsdp1-grad-op-ac": ("bench/patterns/fsdp1.py", ["--strategy", "SHARD_GRAD_OP", "--ac", "--batch", "8"], 2),
-    "tp-sp-loss-parallel": ("bench/patterns/tp_loss_parallel.py", [], 2),
-    "pp-1f1b": ("bench/patterns/pipeline.py", ["--schedule", "1F1B"], 2),
-    "pp-interleaved": ("bench/patterns/pipeline.py", ["--schedule", "Interleaved1F1B", "--microbatches", "4"], 2),
-    "hf-generate": ("bench/patterns/hf_generate.py", [], 1),
+    "amp-fp16-tied": ("bench/suites/patterns/amp_fp16.py", [], 1),
+    "ddp-accum4": ("bench/suites/patterns/ddp_accum.py", [], 2),
+    "fsdp1-full": ("bench/suites/patterns/fsdp1.py", ["--strategy", "FULL_SHARD"], 2),
+    "fsdp1-grad-op-ac": ("bench/suites/patterns/fsdp1.py", ["--strategy", "SHARD_GRAD_OP", "--ac", "--batch", "8"], 2),
+    "tp-sp-loss-parallel": ("bench/suites/patterns/tp_loss_parallel.py", [], 2),
+    "pp-1f1b": ("bench/suites/patterns/pipeline.py", ["--schedule", "1F1B"], 2),
+    "pp-interleaved": ("bench/suites/patterns/pipeline.py", ["--schedule", "Interleaved1F1B", "--microbatches", "4"], 2),
+    "hf-generate": ("bench/suites/patterns/hf_generate.py", [], 1),
     # Float8 training through torchao (Session 33): a bf16 baseline and three recipes, compiled
     # blocks (the way float8 is run), and tensorwise eager.
-    "float8-bf16-compile": ("bench/patterns/float8.py", ["--recipe", "none"], 1),
-    "float8-tensorwise-compile": ("bench/patterns/float8.py", ["--recipe", "tensorwise"], 1),
-    "float8-rowwise-compile": ("bench/patterns/float8.py", ["--recipe", "rowwise"], 1),
-    "float8-rowwise-gw-hp-compile": ("bench/patterns/float8.py", ["--recipe", "rowwise_with_gw_hp"], 1),
-    "float8-tensorwise-eager": ("bench/patterns/float8.py", ["--recipe", "tensorwise", "--eager"], 1),
-    "float8-fsdp2-allgather": ("bench/patterns/float8_dist.py", ["--parallel", "fsdp"], 2),
-    "float8-tp": ("bench/patterns/float8_dist.py", ["--parallel", "tp"], 2),
+    "float8-bf16-compile": ("bench/suites/patterns/float8.py", ["--recipe", "none"], 1),
+    "float8-tensorwise-compile": ("bench/suites/patterns/float8.py", ["--recipe", "tensorwise"], 1),
+    "float8-rowwise-compile": ("bench/suites/patterns/float8.py", ["--recipe", "rowwise"], 1),
+    "float8-rowwise-gw-hp-compile": ("bench/suites/patterns/float8.py", ["--recipe", "rowwise_with_gw_hp"], 1),
+    "float8-tensorwise-eager": ("bench/suites/patterns/float8.py", ["--recipe", "tensorwise", "--eager"], 1),
+    "float8-fsdp2-allgather": ("bench/suites/patterns/float8_dist.py", ["--parallel", "fsdp"], 2),
+    "float8-tp": ("bench/suites/patterns/float8_dist.py", ["--parallel", "tp"], 2),
 }
 
 

@@ -1,0 +1,597 @@
+"""The benchmark harness: every suite real on GPUs, simulated under phantom, compared, reported.
+
+    python bench/bench.py list
+    python bench/bench.py real SUITE [--setup TAG]       # on a GPU machine: writes bench/results/SUITE/
+    python bench/bench.py sim SUITE [--setup TAG]        # anywhere: phantom run of the same configs
+    python bench/bench.py compare SUITE [--setup TAG]    # the table, from the committed results
+    python bench/bench.py report [--out FILE] [--readme README.md]
+
+A suite is a script in bench/suites/ with `real` and `sim` modes (its own measurement code); the
+harness runs it, reads its output (`Suite.read`) and writes one results file per run under
+bench/results/<suite>/: the suite, the setup (which machine), whether it ran on GPUs or under
+phantom, the device, the software, the date, the command, and one value per row. `compare` sets
+the median of the phantom runs of a row against the median of its real runs (a row measured
+more than once varies between lent machines of one kind; the least error any single prediction
+can have against all of them is shown beside it). `report` writes bench/README.md from the
+results, and with --readme the short accuracy table between the markers of that file.
+
+Standard library only: the GPU work and phantom run in the suites' subprocesses.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+BEGIN, END = "<!-- accuracy-table:begin -->", "<!-- accuracy-table:end -->"
+
+
+# -- reading the suites' own output ---------------------------------------------------------------
+
+def md_column(text: str, column: int, key: Callable[[list[str]], str] = lambda c: c[0]) -> dict[str, float]:
+    """Rows of a markdown table a suite writes: {key(cells): float(cells[column])}."""
+    out = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) > column and line.lstrip().startswith("|"):
+            try:
+                out[key(cells)] = float(cells[column].rstrip("%").replace(",", ""))
+            except ValueError:
+                continue
+    return out
+
+
+def _median_tail(values: list[float], skip: int) -> float:
+    return statistics.median(values[skip:])
+
+
+def read_single_gpu(native: dict) -> dict[str, float]:
+    if "results" in native:  # real mode's JSON
+        return {n: r["median_iter_ms"] for n, r in native["results"].items() if r.get("median_iter_ms")}
+    return {r["config"]: r["sim"]["median_iter_ms"] for r in native["rows"] if r["sim"].get("median_iter_ms")}
+
+
+def read_host_bound(native: dict) -> dict[str, float]:
+    if "results" in native:
+        return {n: r["median_iter_ms"] for n, r in native["results"].items() if r.get("median_iter_ms")}
+    return md_column(native["table"], 2)
+
+
+def read_distributed(native: dict) -> dict[str, float]:
+    """Real: the median of the steps after the 3 warm-up ones; sim: its table's `sim ms`."""
+    if "table" in native:
+        return md_column(native["table"], 3)
+    results = native["results"]
+    items = results.items() if isinstance(results, dict) else ((r["name"], r) for r in results)
+    return {name: _median_tail(r["iter_ms"], 3) for name, r in items
+            if isinstance(r, dict) and isinstance(r.get("iter_ms"), list) and len(r["iter_ms"]) > 3}
+
+
+def read_collectives(native: dict) -> dict[str, float]:
+    return {f"{r['op']} {r['size']}": r["time_us"] for r in native["results"] if r.get("time_us")}
+
+
+def read_deepspeed(native: dict) -> dict[str, float]:
+    """Runs with DeepSpeed's own fused optimizers (as simulated)."""
+    return {r["config"]["name"]: r["median_iter_ms"] for r in native["results"]
+            if r.get("median_iter_ms") and r.get("optimizer", "fused_adam") == "fused_adam"}
+
+
+def read_megatron(native: dict) -> dict[str, float]:
+    return {name: r["median_ms"] for name, r in native["results"].items() if r.get("median_ms")}
+
+
+def read_nonllm(native: dict) -> dict[str, float]:
+    if "table" in native:
+        return md_column(native["table"], 3, lambda c: f"{c[0]} x{c[1]}")
+    return {f"{r['workload']} x{r['gpus']}": r["summary"]["median_iter_ms"] for r in native["runs"]
+            if r.get("summary") and r["summary"].get("median_iter_ms")}
+
+
+def read_torchtitan(native: dict) -> dict[str, float]:
+    return {r["name"]: r["summary"]["tps"] for r in native["results"] if (r.get("summary") or {}).get("tps")}
+
+
+def read_workloads(native: dict) -> dict[str, float]:
+    if "runs" in native:
+        return {r["workload"]: r["summary"]["median_iter_ms"] for r in native["runs"] if r.get("summary")}
+    return {r["workload"]: r["sim"]["median_iter_ms"] for r in native["rows"]}
+
+
+# -- suites ---------------------------------------------------------------------------------------
+
+@dataclass
+class Setup:
+    tag: str  # the machine: h100, h200x2, ...
+    gpu: str  # phantom's preset
+    real: list[str]  # the suite's `real` arguments (the harness adds the output path)
+    sim: list[str]  # its `sim` arguments (the harness adds the real file and the output)
+
+
+@dataclass
+class Suite:
+    name: str
+    title: str
+    measures: str
+    script: str  # in bench/suites/
+    read: Callable[[dict], dict[str, float]]
+    setups: list[Setup]
+    metric: str = "ms per iteration"
+    higher_is_better: bool = False  # tokens/s
+    sim_out: str = "json"  # how the suite's sim mode writes: json (--json FILE), prefix (--out P: P.json), md (--out FILE)
+    sim_needs_real: bool = True
+    row_label: str = "config"
+    native_sim_key: str = "rows"  # where a prefix-style sim JSON keeps its rows
+
+
+SUITES = [
+    Suite("single_gpu", "Single-GPU GPT training", "examples/gpt_train.py (bf16 autocast, SDPA, fused AdamW, "
+          "optional activation checkpointing and torch.compile), 124M-3B parameters, 2k-8k tokens: median "
+          "iteration time of the steps after the warm-up.", "single_gpu.py", read_single_gpu,
+          [Setup("h100", "H100", [], ["--gpu", "H100"]), Setup("h200", "H200", [], ["--gpu", "H200"]),
+           Setup("h200-compile", "H200",
+                 ["--steps", "12", "--warmup", "4", "--configs", "124m-s2k,124m-s2k-compile,350m-s4k,350m-s4k-compile,"
+                  "350m-s4k-ac,350m-s4k-ac-compile,1b-s2k,1b-s2k-compile"],
+                 ["--gpu", "H200", "--steps", "12", "--warmup", "4", "--configs", "124m-s2k,124m-s2k-compile,350m-s4k,"
+                  "350m-s4k-compile,350m-s4k-ac,350m-s4k-ac-compile,1b-s2k,1b-s2k-compile"])],
+          sim_needs_real=False),
+    Suite("host_bound", "Host-bound steps", "Small GPT and Hugging Face Llama steps where the CPU's Python and "
+          "launch overhead, not the GPU, sets the iteration time: phantom's host-time model.", "host_bound.py",
+          read_host_bound, [Setup("h100", "H100", [], ["--gpu", "H100", "--repeat", "1"]),
+                            Setup("h200", "H200", [], ["--gpu", "H200", "--repeat", "1"])], sim_out="md",
+          row_label="workload"),
+    Suite("distributed", "DDP, FSDP2, TP and PP on 2 GPUs", "examples/dist_train.py under torchrun on 2 GPUs "
+          "(NVLink): GPT 1B-3B with DDP, FSDP2, tensor and pipeline parallelism.", "distributed.py",
+          read_distributed, [Setup("h200x2", "H200", [], ["--gpu", "H200"])], sim_out="md", sim_needs_real=False),
+    Suite("collectives", "NCCL collectives", "nccl-tests-style sweeps through torch.distributed on 2 GPUs: "
+          "all_reduce, all_gather, reduce_scatter, all_to_all, broadcast, send/recv, 4 KiB to 1 GiB, "
+          "microseconds per op.", "collectives.py", read_collectives,
+          [Setup("h200x2", "H200", [], ["--gpu", "H200"])], metric="us per op", row_label="op and bytes"),
+    Suite("deepspeed", "DeepSpeed ZeRO", "examples/deepspeed/train.py (Hugging Face Llama + deepspeed.initialize) "
+          "with ZeRO-2 and ZeRO-3 and DeepSpeed's FusedAdam on 2 GPUs; on one GPU the same ZeRO paths, the "
+          "pipeline engine and the FusedLion / FusedLamb optimizers.", "deepspeed.py", read_deepspeed,
+          [Setup("h200x2", "H200", [], ["--gpu", "H200"]),
+           Setup("h200", "H200", ["--nproc", "1", "--configs", "z2-1b-lion,z0-1b-lamb,z2-1b"],
+                 ["--gpu", "H200", "--configs", "z2-1b-lion,z0-1b-lamb,z2-1b"])], sim_out="prefix",
+          native_sim_key="results"),
+    Suite("megatron", "Megatron-Core", "examples/megatron/pretrain_gpt.py (Megatron-Core 0.16, GPT 1.7B) on "
+          "2 GPUs: TP 2 with sequence parallelism (local and SDPA attention), DP 2 with the distributed "
+          "optimizer.", "megatron.py", read_megatron, [Setup("h200x2", "H200", [], ["--gpu", "H200"])],
+          sim_out="prefix", sim_needs_real=False, native_sim_key="results"),
+    Suite("nonllm", "Vision, diffusion and graph models", "Plain-PyTorch DDP scripts on 1 and 2 GPUs: "
+          "torchvision ResNet-50, torch_geometric GAT, diffusers' Stable Diffusion UNet.", "nonllm.py",
+          read_nonllm, [Setup("h200x2", "H200", [], ["--gpu", "H200"])], sim_out="md", row_label="workload x GPUs"),
+    Suite("torchtitan", "TorchTitan", "torchtitan 0.3.0's own trainer, Llama 3.1 8B: 5 of its blocks on one "
+          "GPU (compiled, float8), FSDP on 2 and 4 GPUs, TP on 2; torchtitan's tokens/s per GPU.",
+          "torchtitan.py", read_torchtitan,
+          [Setup("h100", "H100", ["--configs", "8B-5layers-1gpu-dec2024-sac-compile,8B-5layers-1gpu-dec2024-sac-compile-model,"
+                                  "8B-5layers-1gpu-dec2024-sac-compile-model-float8,8B-5layers-1gpu-jun2025-sac-compile-float8"],
+                 ["--gpu", "H100", "--configs", "8B-5layers-1gpu-dec2024-sac-compile,8B-5layers-1gpu-dec2024-sac-compile-model,"
+                  "8B-5layers-1gpu-dec2024-sac-compile-model-float8,8B-5layers-1gpu-jun2025-sac-compile-float8"]),
+           Setup("h100x4", "H100", ["--configs", "8B-fsdp4-bs1-sac-dec2024,8B-fsdp4-bs1-sac-dec2024-compile-model,"
+                                    "8B-fsdp4-bs1-sac-dec2024-compile-model-float8"],
+                 ["--gpu", "H100", "--configs", "8B-fsdp4-bs1-sac-dec2024,8B-fsdp4-bs1-sac-dec2024-compile-model,"
+                  "8B-fsdp4-bs1-sac-dec2024-compile-model-float8"]),
+           Setup("h200x2", "H200", ["--configs", "8B-fsdp2-bs1-sac,8B-fsdp2-bs2-full,8B-tp2-bs1-full"],
+                 ["--gpu", "H200", "--configs", "8B-fsdp2-bs1-sac,8B-fsdp2-bs2-full,8B-tp2-bs1-full"])],
+          metric="tokens/s per GPU", higher_is_better=True, sim_out="prefix", sim_needs_real=False,
+          native_sim_key="results"),
+    Suite("workloads", "Library workloads", "Scripts written the way each library's users write them, never "
+          "tuned against phantom: the Hugging Face Trainer, timm with fp16 and a GradScaler, PyTorch Lightning; "
+          "and training patterns (fp16 tied weights, DDP no_sync, FSDP1, TP + loss_parallel, pipelining, "
+          "generate, torchao float8) on 1 and 2 GPUs.", "workloads.py", read_workloads,
+          [Setup("h100", "H100", [], []), Setup("h200", "H200", [], []),
+           Setup("h100x2-patterns", "H100", ["--set", "patterns", "--only", "amp-fp16-tied,ddp-accum4,fsdp1-full,"
+                                             "fsdp1-grad-op-ac,tp-sp-loss-parallel,pp-1f1b,pp-interleaved,"
+                                             "float8-fsdp2-allgather,float8-tp"], []),
+           Setup("h100-patterns", "H100", ["--set", "patterns", "--only", "hf-generate,float8-bf16-compile,"
+                                           "float8-tensorwise-compile,float8-rowwise-compile,float8-rowwise-gw-hp-compile,"
+                                           "float8-tensorwise-eager"], [])],
+          sim_out="prefix", row_label="workload"),
+]
+BY_NAME = {s.name: s for s in SUITES}
+
+
+# -- results files --------------------------------------------------------------------------------
+
+def _sh(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def software_here() -> dict:
+    """torch and the frameworks a suite uses, as this machine has them (absent ones left out)."""
+    code = ("import importlib.metadata as m, json\nout = {}\nfor d in ('torch', 'deepspeed', 'megatron-core', "
+            "'torchtitan', 'transformers', 'diffusers', 'torchvision', 'torch_geometric', 'torchao', 'timm', "
+            "'accelerate', 'pytorch-lightning'):\n    try:\n        out[d] = m.version(d)\n    except m.PackageNotFoundError:\n"
+            "        pass\nprint(json.dumps(out))")
+    try:
+        sw = json.loads(_sh([sys.executable, "-c", code]) or "{}")
+    except ValueError:
+        sw = {}
+    smi = _sh(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    if smi:
+        sw["driver"] = smi.splitlines()[0]
+    sw["python"] = sys.version.split()[0]
+    sw["phantom"] = _sh(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"]) or "unknown"
+    return sw
+
+
+def device_here(setup: Setup) -> str:
+    names = _sh(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
+    return f"{len(names)} x {names[0]}" if names else "unknown"
+
+
+def results_files(suite: str, setup: str | None = None, kind: str | None = None) -> list[Path]:
+    files = sorted((RESULTS / suite).glob("*.json"))
+    out = []
+    for f in files:
+        d = json.loads(f.read_text())
+        if (setup is None or d["setup"] == setup) and (kind is None or d["kind"] == kind):
+            out.append(f)
+    return out
+
+
+def write_result(suite: Suite, setup: Setup, kind: str, rows: dict[str, float], device: str, software: dict,
+                 command: str, native: dict | None, date: str | None = None, extra: dict | None = None) -> Path:
+    date = date or datetime.date.today().isoformat()
+    folder = RESULTS / suite.name
+    folder.mkdir(parents=True, exist_ok=True)
+    n = 1
+    while (path := folder / f"{kind}-{setup.tag}-{date}-{n}.json").exists():
+        n += 1
+    data = {"suite": suite.name, "setup": setup.tag, "kind": kind, "device": device, "software": software,
+            "date": date, "command": command, "metric": suite.metric, **(extra or {}),
+            "rows": {k: round(v, 3) for k, v in rows.items()}}
+    if native is not None:
+        data["native"] = native
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+# -- real and sim ---------------------------------------------------------------------------------
+
+def _run(cmd: list[str]) -> None:
+    print("$", shlex.join(cmd), flush=True)
+    subprocess.run(cmd, cwd=REPO, check=True)
+
+
+def _setup(suite: Suite, tag: str | None) -> Setup:
+    if tag is None:
+        return suite.setups[0]
+    for s in suite.setups:
+        if s.tag == tag:
+            return s
+    sys.exit(f"{suite.name}: no setup {tag!r}; known: {', '.join(s.tag for s in suite.setups)}")
+
+
+def cmd_real(args: argparse.Namespace) -> None:
+    suite = BY_NAME[args.suite]
+    setup = _setup(suite, args.setup)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "real.json"
+        cmd = [sys.executable, f"bench/suites/{suite.script}", "real", *setup.real, "--out", str(out), *args.extra]
+        _run(cmd)
+        native = json.loads(out.read_text())
+    rows = suite.read(native)
+    path = write_result(suite, setup, "real", rows, device_here(setup), software_here(),
+                        f"python bench/bench.py real {suite.name} --setup {setup.tag}", native)
+    print(f"{len(rows)} rows -> {path.relative_to(REPO)}")
+
+
+def cmd_sim(args: argparse.Namespace) -> None:
+    suite = BY_NAME[args.suite]
+    setup = _setup(suite, args.setup)
+    reals = [Path(p) for p in args.real] if args.real else results_files(suite.name, setup.tag, "real")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, f"bench/suites/{suite.script}", "sim", *setup.sim]
+        if reals:
+            real_native = Path(tmp) / "real.json"
+            native = load(reals[-1]).get("native")
+            if native is None:
+                sys.exit(f"{reals[-1]} keeps no native record of the run; pass --real with one that does")
+            real_native.write_text(json.dumps(native))
+            cmd += ["--real", str(real_native)]
+        elif suite.sim_needs_real:
+            sys.exit(f"{suite.name} {setup.tag}: the sim mode replays a real run's configs; none in bench/results")
+        out = Path(tmp) / "sim"
+        if suite.sim_out == "json":
+            cmd += ["--json", f"{out}.json"]
+        elif suite.sim_out == "md":
+            cmd += ["--out", f"{out}.md"]
+        else:
+            cmd += ["--out", str(out)]
+        if args.run_args:
+            flag = {"single_gpu": "--run-args", "host_bound": "--run-args", "distributed": "--phantom-args",
+                    "megatron": None}.get(suite.name)
+            if not flag:
+                sys.exit(f"{suite.name}: --run-args is not passed through by this suite")
+            cmd += [flag, args.run_args]
+        _run(cmd + args.extra)
+        if suite.sim_out == "md":
+            native = {"table": Path(f"{out}.md").read_text()}
+        else:
+            native = json.loads(Path(f"{out}.json").read_text())
+    rows = suite.read(native)
+    flags = f" --run-args {shlex.quote(args.run_args)}" if args.run_args else ""
+    command = f"python bench/bench.py sim {suite.name} --setup {setup.tag}{flags}"
+    if args.no_write:
+        print(json.dumps(rows, indent=1))
+        return
+    path = write_result(suite, setup, "sim", rows, f"phantom --gpu {setup.gpu} (simulated, no GPU)",
+                        software_here(), command, None)
+    print(f"{len(rows)} rows -> {path.relative_to(REPO)}")
+
+
+# -- compare --------------------------------------------------------------------------------------
+
+def least_error_pct(values: list[float]) -> float:
+    """The least relative error one value can have against every one of `values` (in %):
+    (max - min) / (max + min), reached at 2 max min / (max + min)."""
+    return 100 * (max(values) - min(values)) / (max(values) + min(values))
+
+
+@dataclass
+class Row:
+    name: str
+    real: list[float] = field(default_factory=list)
+    sim: list[float] = field(default_factory=list)
+
+    def error_pct(self) -> float | None:
+        """phantom's median against the real median, in % (for tokens/s as for times: sim / real - 1)."""
+        if not self.real or not self.sim:
+            return None
+        return 100 * (statistics.median(self.sim) / statistics.median(self.real) - 1)
+
+
+def pool(real: list[dict], sim: list[dict]) -> list[Row]:
+    """Every row of the given results files, real and simulated values pooled by row name, in the
+    order the rows first appear."""
+    rows: dict[str, Row] = {}
+    for kind, files in (("real", real), ("sim", sim)):
+        for f in files:
+            for name, value in f["rows"].items():
+                getattr(rows.setdefault(name, Row(name)), kind).append(value)
+    return list(rows.values())
+
+
+def summary(rows: list[Row]) -> tuple[float, float, int] | None:
+    errs = [abs(e) for r in rows if (e := r.error_pct()) is not None]
+    return (statistics.mean(errs), max(errs), len(errs)) if errs else None
+
+
+def _fmt(values: list[float]) -> str:
+    if not values:
+        return "-"
+    med = statistics.median(values)
+    text = f"{med:,.1f}" if med < 1e5 else f"{med:,.0f}"
+    return text if len(values) == 1 else f"{text} ({len(values)})"
+
+
+def setup_files(suite: Suite, setup: Setup) -> tuple[list[dict], list[dict]]:
+    files = [load(f) for f in results_files(suite.name, setup.tag)]
+    return [f for f in files if f["kind"] == "real"], [f for f in files if f["kind"] == "sim"]
+
+
+def collective_groups(rows: list[Row]) -> list[Row]:
+    """Collectives by op and size range (issue bounds: below 1 MiB, from 1 MiB): one row each,
+    the mean |error| of its points carried as the row's single sim value against a real of 1."""
+    groups: dict[str, list[float]] = {}
+    for r in rows:
+        e = r.error_pct()
+        if e is None:
+            continue
+        op, size = r.name.rsplit(" ", 1)
+        rng = "< 1 MiB" if int(size) < 1 << 20 else ">= 1 MiB"
+        groups.setdefault(f"{op}, {rng}", []).append(e)
+    return [Row(k, [100.0], [100.0 + statistics.mean(abs(x) for x in v)]) for k, v in groups.items()]
+
+
+def compare_lines(suite: Suite, setup: Setup) -> list[str]:
+    real, sim = setup_files(suite, setup)
+    rows = pool(real, sim)
+    head = (f"| {suite.row_label} | real {suite.metric} (samples) | phantom (runs) | error | least error "
+            "against every real sample | reproduce |")
+    lines = [head, "|---|---|---|---|---|---|"]
+    if suite.name == "collectives":
+        return collectives_lines(rows, setup)
+    for r in rows:
+        e = r.error_pct()
+        floor = f"{least_error_pct(r.real):.1f}%" if len(r.real) > 1 else "-"
+        lines.append(f"| {r.name} | {_fmt(r.real)} | {_fmt(r.sim)} | {'-' if e is None else f'{e:+.1f}%'} | "
+                     f"{floor} | {reproduce(suite, setup, r.name)} |")
+    return lines
+
+
+def collectives_lines(rows: list[Row], setup: Setup) -> list[str]:
+    lines = ["| op, message size | points | mean \\|error\\| | max \\|error\\| | least error against every real "
+             "sample (mean) | reproduce |", "|---|---|---|---|---|---|"]
+    groups: dict[str, list[Row]] = {}
+    for r in rows:
+        if r.error_pct() is None:
+            continue
+        op, size = r.name.rsplit(" ", 1)
+        groups.setdefault(f"{op}, {'below 1 MiB' if int(size) < 1 << 20 else 'from 1 MiB'}", []).append(r)
+    for name, rs in groups.items():
+        errs = [abs(r.error_pct()) for r in rs]
+        floors = [least_error_pct(r.real) for r in rs if len(r.real) > 1]
+        op = name.split(",")[0]
+        lines.append(f"| {name} | {len(rs)} | {statistics.mean(errs):.1f}% | {max(errs):.1f}% | "
+                     f"{statistics.mean(floors):.1f}% | `python bench/bench.py sim collectives --setup {setup.tag} "
+                     f"-- --ops {op}` |" if floors else
+                     f"| {name} | {len(rs)} | {statistics.mean(errs):.1f}% | {max(errs):.1f}% | - | "
+                     f"`python bench/bench.py sim collectives --setup {setup.tag} -- --ops {op}` |")
+    return lines
+
+
+def reproduce(suite: Suite, setup: Setup, row: str) -> str:
+    """The command that re-runs one row's phantom side (the suite's own row filter after --)."""
+    only = {"workloads": "--only", "nonllm": "--only", "host_bound": "--only", "collectives": None}.get(suite.name, "--configs")
+    name = row.split(" x")[0] if suite.name == "nonllm" else row
+    tail = f" -- {only} {name}" if only else ""
+    return f"`python bench/bench.py sim {suite.name} --setup {setup.tag}{tail}`"
+
+
+def setup_summary(suite: Suite, setup: Setup) -> tuple[float, float, int] | None:
+    real, sim = setup_files(suite, setup)
+    rows = pool(real, sim)
+    return summary(collective_groups(rows) if suite.name == "collectives" else rows)
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    suite = BY_NAME[args.suite]
+    for setup in ([_setup(suite, args.setup)] if args.setup else suite.setups):
+        print(f"\n{suite.name} {setup.tag}:\n")
+        print("\n".join(compare_lines(suite, setup)))
+        s = setup_summary(suite, setup)
+        if s:
+            print(f"\nmean |error| {s[0]:.1f}%, max {s[1]:.1f}% over {s[2]} rows")
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+def _provenance(files: list[dict]) -> str:
+    def one(kind: str) -> str:
+        fs = [f for f in files if f["kind"] == kind]
+        if not fs:
+            return f"{kind}: none"
+        devices = sorted({f["device"] for f in fs})
+        dates = sorted({f["date"] for f in fs})
+        torch = sorted({str(f["software"].get("torch", "?")) for f in fs if isinstance(f["software"], dict)})
+        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+        return (f"{kind}: {len(fs)} run{'s' * (len(fs) > 1)}, {'; '.join(devices)}, torch {', '.join(torch) or '?'}, "
+                f"{span}")
+    return "; ".join((one("real"), one("sim")))
+
+
+def anchor(suite: Suite) -> str:
+    return re.sub(r"[^a-z0-9 -]", "", suite.title.lower()).replace(" ", "-")
+
+
+def accuracy_rows() -> list[str]:
+    lines = ["| suite | workload | device | mean \\|error\\| | max \\|error\\| |", "|---|---|---|---|---|"]
+    for suite in SUITES:
+        for setup in suite.setups:
+            s = setup_summary(suite, setup)
+            real, _ = setup_files(suite, setup)
+            if not s or not real:
+                continue
+            lines.append(f"| [{suite.title}](bench/README.md#{anchor(suite)}) | {setup.tag} ({suite.metric}) | "
+                         f"{real[0]['device']} | {s[0]:.1f}% | {s[1]:.1f}% |")
+    return lines
+
+
+def readme() -> str:
+    lines = ["# Benchmarks", "",
+             "Each suite runs the same unmodified scripts on lent GPUs (`real`) and under `phantom run` on a "
+             "machine without one (`sim`), and compares the two. Every table below is generated from "
+             "the results in `bench/results/<suite>/` (one file per run, with its device, software and date "
+             "inside) by `python bench/bench.py report`; do not edit this file by hand.", "",
+             "```bash",
+             "python bench/bench.py list                          # suites and their setups",
+             "python bench/bench.py real SUITE --setup TAG        # on the GPU machine (bench/device/SUITE.sh)",
+             "python bench/bench.py sim SUITE --setup TAG         # here: phantom run of the same configs",
+             "python bench/bench.py compare SUITE                 # the table from the results",
+             "python bench/bench.py report                        # rewrite this file",
+             "```", "",
+             "The error of a row is phantom's median over its runs against the median of the real runs "
+             "(sim / real - 1). A row measured on several lent machines of one kind spreads; the least "
+             "error any single prediction could have against all of its real samples, "
+             "(max - min) / (max + min), is given beside it. What the numbers say: "
+             "[docs/benchmarks/](../docs/benchmarks/).", "",
+             "## Summary", "", *accuracy_rows(), ""]
+    for suite in SUITES:
+        lines += [f"## {suite.title}", "", f"`bench/suites/{suite.script}`: {suite.measures}", ""]
+        for setup in suite.setups:
+            real, sim = setup_files(suite, setup)
+            if not real and not sim:
+                continue
+            lines += [f"**{setup.tag}** ({_provenance(real + sim)})", "", *compare_lines(suite, setup)]
+            s = setup_summary(suite, setup)
+            if s:
+                lines += ["", f"Mean |error| {s[0]:.1f}%, max {s[1]:.1f}% over {s[2]} rows."]
+            lines.append("")
+    lines += ["## Calibration data", "",
+              "What phantom's fits and tests read, one folder per kind, each file with its provenance inside:", "",
+              "- `kernels/`: kernel microbenchmarks (`kernels/measure.py` and the sweeps beside it) and their "
+              "results in `kernels/results/`, fitted by `python -m phantom.cost.calibrate*`;",
+              "- `profile/`: op records of framework runs and `phantom profile` timings, the kernel database's "
+              "sources;",
+              "- `host/`: host-time measurements of the lent GPU hosts (reference step, Python speed, flicker, "
+              "per-rank host time) and the scripts that read them for `phantom/hardware/gpus.py`;",
+              "- `probes/`: the scripts that measured single constants phantom cites (a call's host cost, a "
+              "collective's wake-up, live memory blocks, FlexAttention, the kernel database's borrowing).", "",
+              "## Older measurements", "",
+              "The measurement notebook this folder grew from (every earlier run, probe and analysis, with "
+              f"its data) is kept in git: `git checkout notebook-archive` (commit {tag_commit()}).", ""]
+    return "\n".join(lines)
+
+
+def tag_commit() -> str:
+    return _sh(["git", "-C", str(REPO), "rev-parse", "--short=12", "notebook-archive^{commit}"]) or "notebook-archive"
+
+
+def write_accuracy_table(path: Path) -> None:
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        sys.exit(f"{path}: no {BEGIN} ... {END} markers")
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(head + BEGIN + "\n" + "\n".join(accuracy_rows()) + "\n" + END + tail)
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    out = Path(args.out) if args.out else BENCH / "README.md"
+    out.write_text(readme())
+    if args.readme:
+        write_accuracy_table(Path(args.readme))
+
+
+def cmd_list(args: argparse.Namespace) -> None:
+    for suite in SUITES:
+        print(f"{suite.name:12} {', '.join(s.tag for s in suite.setups):40} {suite.title}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="mode", required=True)
+    sub.add_parser("list")
+    for mode in ("real", "sim", "compare"):
+        q = sub.add_parser(mode)
+        q.add_argument("suite", choices=list(BY_NAME))
+        q.add_argument("--setup")
+        if mode == "sim":
+            q.add_argument("--real", nargs="*", help="results files of real runs (default: the setup's)")
+            q.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
+            q.add_argument("--no-write", action="store_true", help="print the rows, write no results file")
+        if mode != "compare":
+            q.add_argument("extra", nargs=argparse.REMAINDER, help="after --: the suite's own options")
+    q = sub.add_parser("report")
+    q.add_argument("--out", help="write the benchmark README here (default: bench/README.md)")
+    q.add_argument("--readme", help="also write the accuracy table between the markers of this file")
+    args = p.parse_args()
+    if getattr(args, "extra", None) and args.extra[0] == "--":
+        args.extra = args.extra[1:]
+    {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "compare": cmd_compare, "report": cmd_report}[args.mode](args)
+
+
+if __name__ == "__main__":
+    main()
