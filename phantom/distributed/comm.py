@@ -22,7 +22,7 @@ from phantom.distributed.wire import Request, Result
 from phantom.engine.timeline import LAUNCH_LATENCY_NS
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 # Host cost of issuing one collective through ProcessGroupNCCL beyond the Python the simulation
 # measures: the C++ work object, two CUDA event records, a stream wait and the
@@ -90,18 +90,18 @@ class RankComm:
         """Entering phantom's collective code: the host time until here was the user's;
         from here until `leave`, it is phantom's (not charged). Calls nest."""
         if self._depth == 0:
-            self.sim.begin_op("collective")
+            self.sim.host.begin_op("collective")
         self._depth += 1
 
     def leave(self) -> None:
         self._depth -= 1
         if self._depth == 0:
-            self.sim.end_op()
+            self.sim.host.end_op()
 
     def nccl_stream(self, group: GroupInfo) -> int:
         sid = self._streams.get(group.name)
         if sid is None:
-            sid = self._streams[group.name] = self.sim.new_stream_id()
+            sid = self._streams[group.name] = self.sim.streams.new_id()
         return sid
 
     def issue(self, group: GroupInfo, ops: list[Op],
@@ -148,7 +148,7 @@ class RankComm:
 
     def _launch(self, group: GroupInfo) -> float:
         """Host side of an NCCL launch; returns when the NCCL stream can start it."""
-        if self.sim.is_capturing():
+        if self.sim.graphs.is_capturing():
             from phantom.errors import SimulationError
 
             # NCCL kernels can be captured on a GPU; here a replay would have to meet its peers'
@@ -158,10 +158,9 @@ class RankComm:
                                   "CUDA graphs (README 'Limitations')")
         tl = self.sim.timeline
         sid = self.nccl_stream(group)
-        tl.stream_wait_stream(sid, self.sim._current_stream_id())
-        launch_ns = COLLECTIVE_HOST_NS * self.sim.rank_pace  # at the slowest rank's pace
+        tl.stream_wait_stream(sid, self.sim.streams.current_id())
+        launch_ns = self.sim.host.charge_launch(COLLECTIVE_HOST_NS)  # at the slowest rank's pace
         tl.advance_host(launch_ns)
-        self.sim.launch_host_ns += launch_ns
         if self.sim.recorder is not None:
             self.sim.recorder.host_span("NCCL launch", tl.host_ns - launch_ns, tl.host_ns, "launch")
         return max(tl.host_ns + LAUNCH_LATENCY_NS, tl.stream(sid).ready_ns)
@@ -198,7 +197,7 @@ class RankComm:
     def stream_waits_until(self, end_ns: float) -> None:
         sim = self.sim
         self.enter()
-        s = sim.timeline.stream(sim._current_stream_id())
+        s = sim.timeline.stream(sim.streams.current_id())
         s.ready_ns = max(s.ready_ns, end_ns)
         self.leave()
 
@@ -212,7 +211,7 @@ class RankComm:
         self.leave()
 
     def host_reached(self, end_ns: float) -> bool:
-        return self.sim.host_now_ns() >= end_ns
+        return self.sim.host.now_ns() >= end_ns
 
     def wait_unwaited(self) -> None:
         """DDP's reducer waits for its buckets' futures in C++ at the end of backward;
@@ -249,7 +248,7 @@ class RankComm:
                     for r in requests]
         try:
             results = self.client.exchange(requests)
-            self.sim.woke_up()
+            self.sim.host.woke_up()
             return results
         except CoordinatorAborted as e:
             from phantom.errors import SimulationError

@@ -13,7 +13,7 @@ from phantom.hardware.power import HOPPER_SXM, PowerModel
 GIB = 1024**3
 
 # How fast the GPU node's host runs PyTorch's framework code: nanoseconds for the tiny CPU
-# training step of phantom.engine.host.training_step (`python -m phantom.engine.host` on the
+# training step of phantom.host.machine.training_step (`python -m phantom.host.machine` on the
 # node; fastest of repeated runs, as a cloud GPU host changes speed up to 2x like any shared
 # host). Measured on an H200 and an H100 node with torch 2.11, data in
 # bench/data/host_reference_*.json. A preset whose host was never measured takes the H200
@@ -40,7 +40,7 @@ HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 # (tensor-parallel GPTs and the SD UNet under DDP; two 2 x H200 hosts, one 2 x H100, and a
 # 4 x H100 host with 2 and with 4 ranks): the spread sigma of a lognormal rank host time that
 # gives its mean slowest-to-mean ratio (bench/rank_host_spread.py, which reads the files).
-# phantom.engine.host.straggler_pace turns the median into the pace of a node's slowest rank;
+# phantom.host.steady.straggler_pace turns the median into the pace of a node's slowest rank;
 # its growth with the ranks of a host held on the 4 x H100 host: slowest / mean 1.109 with 4
 # ranks (median of 6 runs) against 1.105 predicted, 1.055 with 2 (1.056).
 HOST_RANK_SPREADS = (

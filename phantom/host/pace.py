@@ -1,7 +1,7 @@
 """How fast this machine runs PyTorch's host path right now: a pace process beside the ranks.
 
 phantom charges the script's host time as measured on this machine, converted to this
-machine's best speed (engine.host.HostSpeedNormalizer) and from there to the node's. The
+machine's best speed (host.speed.HostSpeedNormalizer) and from there to the node's. The
 conversion needs this machine's speed *now*, on the kind of code a script's host gaps hold:
 PyTorch's Python and C++ host path.
 
@@ -17,14 +17,14 @@ PyTorch's Python and C++ host path.
   ~1.1x in the slow one.
 
 So with `phantom run --host-pace process` (and by default, `auto`, where the machine has a core
-for it beside the ranks: launcher.launch.pace_mode) the reference step (engine.host.training_step: the
+for it beside the ranks: launcher.launch.pace_mode) the reference step (host.machine.training_step: the
 step the GPU presets' `host_step_ns` were timed with) is timed in a process of its own, started
 by the launcher for the whole run: every PERIOD_S it times ROUNDS blocks of STEPS steps and
-keeps the fastest, as the start-up calibration times it (engine.host.reference_step_ns), so a
+keeps the fastest, as the start-up calibration times it (host.machine.reference_step_ns), so a
 reading compares like for like with this machine's best; the ranks read the median of its last
 WINDOW readings (`read_pace`) whenever they sample their speed. It costs ~2% of one core.
 
-Run as `python -m phantom.engine.pace FILE`; it exits when its standard input closes (the
+Run as `python -m phantom.host.pace FILE`; it exits when its standard input closes (the
 launcher holds the other end, so it cannot outlive the run).
 """
 from __future__ import annotations
@@ -55,9 +55,9 @@ _SLEEP = time.sleep
 def time_reference_step(step, clock=time.process_time_ns) -> float:
     """ns per call of `step`: the fastest of ROUNDS blocks of STEPS calls, after one call.
 
-    CPU time, like the ranks' host clock (engine.host.HOST_CLOCK_NS): time this process
+    CPU time, like the ranks' host clock (host.account.HOST_CLOCK_NS): time this process
     spends waiting for a core is not this machine's speed on the code."""
-    from phantom.engine.host import time_steps
+    from phantom.host.machine import time_steps
 
     step()
     return time_steps(step, repeats=ROUNDS, steps=STEPS, clock=clock)
@@ -112,7 +112,7 @@ def run(path: Path, period_s: float = PERIOD_S, stdin=None) -> None:
     """Time the reference step every `period_s` and publish it, until `stdin` closes."""
     import torch
 
-    from phantom.engine.host import training_step
+    from phantom.host.machine import training_step
 
     torch.set_num_threads(1)  # as on the GPU hosts, and as the start-up calibration times it
     step = training_step("cpu")
@@ -138,7 +138,7 @@ class PaceProcess:
         """Start the process; returns the file ranks read (PACE_FILE_ENV), or None where it
         could not start (ranks then use the speed probe alone)."""
         try:
-            self._proc = subprocess.Popen([sys.executable, "-m", "phantom.engine.pace", str(self.path)],
+            self._proc = subprocess.Popen([sys.executable, "-m", "phantom.host.pace", str(self.path)],
                                           stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL)
         except OSError:
@@ -160,7 +160,7 @@ class PaceProcess:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
-        print("usage: python -m phantom.engine.pace FILE", file=sys.stderr)
+        print("usage: python -m phantom.host.pace FILE", file=sys.stderr)
         return 2
     path = Path(argv[0])
     try:

@@ -10,7 +10,7 @@ import gc
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 
 def install(sim: "Simulation"):
@@ -31,14 +31,14 @@ def install(sim: "Simulation"):
     adapters.install()
     disable_fake_tensor_torch_function()
     mode.__enter__()
-    sim.warm_dispatch_paths = mode.warm_dispatch_paths
-    gc.callbacks.append(sim.on_gc)
-    sim.calibrate_dispatch_overhead()
+    sim.host.warm_dispatch_paths = mode.warm_dispatch_paths
+    gc.callbacks.append(sim.host.on_gc)
+    sim.calibrate_host()
     clock.install(sim)
     return mode
 
 
 def uninstall_gc_hook(sim: "Simulation") -> None:
     """Stop excluding garbage collections from host time (the script has finished)."""
-    if sim.on_gc in gc.callbacks:
-        gc.callbacks.remove(sim.on_gc)
+    if sim.host.on_gc in gc.callbacks:
+        gc.callbacks.remove(sim.host.on_gc)

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from phantom.engine.host import HOST_CLOCK_NS
+from phantom.host.account import HOST_CLOCK_NS
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 REAL_PERF_COUNTER_NS = time.perf_counter_ns
 REAL_TIME_NS = time.time_ns
@@ -57,25 +57,25 @@ def install(sim: "Simulation") -> None:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not simulated_thread():
             return REAL_PERF_COUNTER_NS()
-        return perf_origin_ns + int(sim.host_now_ns(CLOCK_READ_NS, now))
+        return perf_origin_ns + int(sim.host.now_ns(CLOCK_READ_NS, now))
 
     def perf_counter() -> float:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not simulated_thread():
             return real_perf_counter()
-        return (perf_origin_ns + sim.host_now_ns(CLOCK_READ_NS, now)) / 1e9
+        return (perf_origin_ns + sim.host.now_ns(CLOCK_READ_NS, now)) / 1e9
 
     def time_ns() -> int:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not simulated_thread():
             return REAL_TIME_NS()
-        return wall_origin_ns + int(sim.host_now_ns(CLOCK_READ_NS, now))
+        return wall_origin_ns + int(sim.host.now_ns(CLOCK_READ_NS, now))
 
     def time_() -> float:
         now = HOST_CLOCK_NS()  # first: from here on the time is phantom's
         if not simulated_thread():
             return real_time()
-        return (wall_origin_ns + sim.host_now_ns(CLOCK_READ_NS, now)) / 1e9
+        return (wall_origin_ns + sim.host.now_ns(CLOCK_READ_NS, now)) / 1e9
 
     def sleep(seconds: float) -> None:
         if not simulated_thread():
@@ -83,7 +83,7 @@ def install(sim: "Simulation") -> None:
             return
         if seconds < 0:
             raise ValueError("sleep length must be non-negative")
-        sim.advance_host_ns(seconds * 1e9)
+        sim.host.sleep_ns(seconds * 1e9)
 
     time.perf_counter = perf_counter
     time.perf_counter_ns = perf_counter_ns

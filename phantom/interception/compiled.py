@@ -47,7 +47,7 @@ from phantom.interception import mix_order
 from phantom.interception.mode import PhantomMode
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 # How a graph node takes part in kernel grouping.
 NEUTRAL, FUSED, EXTERN = "neutral", "fused", "extern"
@@ -330,7 +330,7 @@ class GraphRunner:
                 group = self.group_of.get(node, 0)
                 if open_group and group != open_group:
                     self._launch_group(open_group, sizes)
-                    self.sim.end_generated_code()
+                    self.sim.fusion.end_generated_code()
                     open_group = 0
                 if node.op == "placeholder":
                     env[node] = inputs.pop() if inputs else None
@@ -340,7 +340,7 @@ class GraphRunner:
                     return load(node.args[0])
                 else:
                     if group and not open_group:
-                        self.sim.begin_generated_code()
+                        self.sim.fusion.begin_generated_code()
                         open_group = group
                     env[node] = self._run(node, load)
                 if node in env:
@@ -349,7 +349,7 @@ class GraphRunner:
                     env.pop(dead, None)
         finally:
             if open_group:  # an op raised (out of memory, say) inside a generated kernel
-                self.sim.end_generated_code()
+                self.sim.fusion.end_generated_code()
         raise RuntimeError("phantom: a compiled graph ended without an output node")
 
     def _run(self, node: torch.fx.Node, load: Callable) -> Any:
@@ -361,11 +361,11 @@ class GraphRunner:
             return args[1](*args[2:], **kwargs)
         if node not in self.in_registers:
             return node.target(*args, **kwargs)
-        self.sim.in_registers = True
+        self.sim.fusion.in_registers = True
         try:
             return node.target(*args, **kwargs)
         finally:
-            self.sim.in_registers = False
+            self.sim.fusion.in_registers = False
 
     def _launch_group(self, group: int, sizes: dict) -> None:
         """Launch the group's kernels: one per iteration space of its stores and stage.
@@ -435,7 +435,7 @@ class GraphRunner:
                 # a looped reduction's consumers in the same kernel run in a second loop over
                 # the rows, which evaluates the inlined chain again
                 math += self._math(set().union(*(self.computed_with[w] for w in k.looped)), sizes)
-            self.sim.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes,
+            self.sim.fusion.launch_generated_kernel("triton_" + "_".join(dict.fromkeys(k.ops))[:100], nbytes,
                                              math, k.load_efficiency, extra_ns)
 
     def _math(self, nodes: set[torch.fx.Node], sizes: dict) -> float:
@@ -519,19 +519,19 @@ class CudaGraphTree:
                 return self.run(args)
         if self.graph is None:
             with _cublas_cleared(sim):
-                out, self.graph, self.lanes = sim.record_graph(lambda: self.run(args), self.pool)
+                out, self.graph, self.lanes = sim.graphs.record(lambda: self.run(args), self.pool)
             self._keep(out)
             return out
-        sim.timeline.advance_host(self.call_ns * sim.rank_pace)
+        sim.timeline.advance_host(self.call_ns * sim.host.rank_pace)
         copies = [a for a in args if self._copied(a)]
-        out = sim.shadow_run(lambda: self.run(args))
+        out = sim.graphs.shadow_run(lambda: self.run(args))
         for a in copies:
             nbytes = a.untyped_storage().nbytes()
-            sim.launch_generated_kernel("cudagraph_input_copy", 2.0 * nbytes)
-        sim.replay_graph(self.graph, self.lanes)
+            sim.fusion.launch_generated_kernel("cudagraph_input_copy", 2.0 * nbytes)
+        sim.graphs.replay(self.graph, self.lanes)
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor) and t.device.type == "cuda":
-                sim.track_in_pool(t, self.pool)
+                sim.graphs.track_in_pool(t, self.pool)
         self._keep(out)
         return out
 
@@ -551,11 +551,11 @@ def _cublas_cleared(sim: "Simulation") -> Iterator[None]:
     """cudagraph_trees.clear_cublas_manager: the trees free cuBLAS's workspaces before and
     after each warm-up and recording, so that a workspace allocated inside the graph's pool is
     not also in use outside it; a GEMM after them allocates its workspace again."""
-    sim.clear_cublas_workspaces()
+    sim.storage.clear_cublas_workspaces()
     try:
         yield
     finally:
-        sim.clear_cublas_workspaces()
+        sim.storage.clear_cublas_workspaces()
 
 
 def _traced_inputs(args: list) -> bool:
@@ -579,7 +579,7 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
 # simulation) would otherwise be offered to Dynamo as user code. What user code may call inside
 # a compiled region and Dynamo should see through (the SDPA choice, the framework adapters)
 # stays traceable.
-_INTERNALS = ("context.py", "engine", "cost", "memory", "distributed", "network", "report",
+_INTERNALS = ("sim", "host", "engine", "cost", "memory", "distributed", "network", "report",
               "launcher", "hardware", "native", "interception/mode.py", "interception/cuda_api.py",
               "interception/patches.py", "interception/clock.py", "interception/data_reads.py",
               "interception/compiled.py")
@@ -612,7 +612,7 @@ def exclude_compilation_time(sim: "Simulation") -> None:
     its own time, and neither is a training step's. Dynamo's compile callbacks bracket it."""
     from torch._dynamo.callback import callback_handler
 
-    from phantom.engine.host import HOST_CLOCK_NS
+    from phantom.host.account import HOST_CLOCK_NS
     from phantom.interception.clock import simulated_thread
 
     entered = threading.local()
@@ -621,12 +621,12 @@ def exclude_compilation_time(sim: "Simulation") -> None:
         now = HOST_CLOCK_NS()
         entered.flag = simulated_thread()
         if entered.flag:
-            sim.api_enter("torch.compile (compiling)", now)
+            sim.host.api_enter("torch.compile (compiling)", now)
 
     def end(args: Any) -> None:
         if getattr(entered, "flag", False):
             entered.flag = False
-            sim.api_exit(0.0)
+            sim.host.api_exit(0.0)
 
     callback_handler.register_start_callback(start)
     callback_handler.register_end_callback(end)
@@ -699,13 +699,13 @@ def install(sim: "Simulation") -> None:
         def region(*args: Any, **kwargs: Any) -> Any:
             # one call on the node: no Python runs between its kernels there, so the eager
             # ops' gaps here are phantom's (node_call), and its cost is the node's
-            sim.begin_fused_region()
+            sim.fusion.begin_region()
             out = None
             try:
                 out = fn(*args, **kwargs)
                 return out
             finally:
-                sim.end_fused_region(out)
+                sim.fusion.end_region(out)
 
         return region
 

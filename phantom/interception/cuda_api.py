@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from phantom.engine.host import HOST_CLOCK_NS
+from phantom.host.account import HOST_CLOCK_NS
 from phantom.interception.clock import simulated_thread
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 # CUDA and NCCL versions the simulated software stack reports: what torch 2.11's CUDA 13
 # wheel runs on the GPU hosts phantom's measurements come from (bench/README.md).
@@ -89,13 +89,13 @@ def node_call(site: str, node_ns: float | Callable[..., float]) -> Callable[[Cal
             if _SIM is None or not simulated_thread():
                 return fn(*args, **kwargs)
             sim = _sim()
-            sim.api_enter(site, now)
+            sim.host.api_enter(site, now)
             cost = 0.0
             try:
                 cost = node_ns(*args, **kwargs) if callable(node_ns) else node_ns
                 return fn(*args, **kwargs)
             finally:
-                sim.api_exit(cost)
+                sim.host.api_exit(cost)
         return call
     return wrap
 
@@ -135,7 +135,7 @@ class Stream:
         sim = _sim()
         self.device_index = device_index if device_index is not None else _device_index(device)
         self.priority = priority
-        self.stream_id = stream_id if stream_id is not None else sim.new_stream_id()
+        self.stream_id = stream_id if stream_id is not None else sim.streams.new_id()
         sim.timeline.stream(self.stream_id).priority = priority
         return self
 
@@ -156,11 +156,11 @@ class Stream:
 
     @node_call("cuda.Stream.wait_event", NODE_HOST_NS["stream_wait_event"])
     def wait_event(self, event: "Event") -> None:
-        _sim().stream_wait_event(self.stream_id, event._event)
+        _sim().streams.wait_event(self.stream_id, event._event)
 
     @node_call("cuda.Stream.wait_stream", NODE_HOST_NS["stream_wait_stream"])
     def wait_stream(self, stream: "Stream") -> None:
-        _sim().stream_wait_stream(self.stream_id, stream.stream_id)
+        _sim().streams.wait_stream(self.stream_id, stream.stream_id)
 
     def record_event(self, event: "Event | None" = None) -> "Event":
         event = event if event is not None else Event()
@@ -169,11 +169,11 @@ class Stream:
 
     @node_call("cuda.Stream.query", NODE_HOST_NS["stream_query"])
     def query(self) -> bool:
-        return _sim().query_stream(self.stream_id)
+        return _sim().streams.query_stream(self.stream_id)
 
     @node_call("cuda.Stream.synchronize", NODE_HOST_NS["stream_synchronize"])
     def synchronize(self) -> None:
-        _sim().synchronize_stream(self.stream_id)
+        _sim().streams.synchronize_stream(self.stream_id)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Stream) and other.stream_id == self.stream_id \
@@ -211,7 +211,7 @@ class Event:
     @node_call("cuda.Event.record", NODE_HOST_NS["event_record"])
     def record(self, stream: Stream | None = None) -> None:
         stream = stream if stream is not None else current_stream()
-        _sim().record_event(self._event, stream.stream_id)
+        _sim().streams.record_event(self._event, stream.stream_id)
 
     @node_call("cuda.Event.wait", NODE_HOST_NS["event_wait"])
     def wait(self, stream: Stream | None = None) -> None:
@@ -220,11 +220,11 @@ class Event:
 
     @node_call("cuda.Event.query", NODE_HOST_NS["event_query"])
     def query(self) -> bool:
-        return _sim().query_event(self._event)
+        return _sim().streams.query_event(self._event)
 
     @node_call("cuda.Event.synchronize", NODE_HOST_NS["event_synchronize"])
     def synchronize(self) -> None:
-        _sim().synchronize_event(self._event)
+        _sim().streams.synchronize_event(self._event)
 
     def elapsed_time(self, end_event: "Event") -> float:
         """Milliseconds between two recorded events, on the simulated GPU clock."""
@@ -232,7 +232,7 @@ class Event:
             raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
         if self._event.time_ns is None or end_event._event.time_ns is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
-        _sim().synchronize_event(end_event._event)  # CUDA requires the end event completed
+        _sim().streams.synchronize_event(end_event._event)  # CUDA requires the end event completed
         return (end_event._event.time_ns - self._event.time_ns) / 1e6
 
     @property
@@ -258,20 +258,34 @@ class StreamContext:
         if self.stream is None:
             return
         self._prev = current_stream(self.stream.device_index)
-        _sim().set_current_stream(self.stream)
+        _set_current_stream(self.stream)
 
     @node_call("cuda.stream.exit", 0.0)  # the context's whole cost is charged on entry
     def __exit__(self, *exc: Any) -> None:
         if self.stream is not None and self._prev is not None:
-            _sim().set_current_stream(self._prev)
+            _set_current_stream(self._prev)
+
+
+def _set_current_stream(s: Stream) -> None:
+    _sim().streams.current[s.device_index] = s
 
 
 def stream(s: Stream | None) -> StreamContext:
     return StreamContext(s)
 
 
+def _default_stream(index: int) -> Stream:
+    streams = _sim().streams
+    s = streams.default.get(index)
+    if s is None:
+        s = streams.default[index] = Stream(stream_id=0, device_index=index)
+    return s
+
+
 def _current_stream(device: Any = None) -> Stream:
-    return _sim().current_stream(_device_index(device))
+    index = _device_index(device)
+    s = _sim().streams.current.get(index)
+    return s if s is not None else _default_stream(index)
 
 
 current_stream = node_call("cuda.current_stream", NODE_HOST_NS["current_stream"])(_current_stream)
@@ -279,13 +293,13 @@ current_stream = node_call("cuda.current_stream", NODE_HOST_NS["current_stream"]
 
 @node_call("cuda.default_stream", NODE_HOST_NS["default_stream"])
 def default_stream(device: Any = None) -> Stream:
-    return _sim().default_stream(_device_index(device))
+    return _default_stream(_device_index(device))
 
 
 @node_call("cuda.set_stream", NODE_HOST_NS["set_stream"])
 def set_stream(s: Stream) -> None:
     if s is not None:
-        _sim().set_current_stream(s)
+        _set_current_stream(s)
 
 
 @dataclass(frozen=True)
@@ -364,7 +378,7 @@ def _memory_api() -> dict[str, Any]:
         return nested
 
     def reset_peak_memory_stats(device: Any = None) -> None:
-        _sim().reset_peak_memory_stats()
+        _sim().storage.reset_peak_memory_stats()
 
     def empty_cache() -> None:
         _sim().allocator.empty_cache()
@@ -381,7 +395,7 @@ def _memory_api() -> dict[str, Any]:
         return torch_summary(device, abbreviated)
 
     def set_per_process_memory_fraction(fraction: float, device: Any = None) -> None:
-        _sim().set_memory_fraction(fraction)
+        _sim().storage.set_memory_fraction(fraction)
 
     return {
         "memory_allocated": memory_allocated,
@@ -497,10 +511,10 @@ class CUDAGraph:
     def capture_begin(self, pool: Any = None, capture_error_mode: str = "global", **_: Any) -> None:
         # `pool`: another graph's pool() or graph_pool_handle(), shared; else a pool of its own
         self._pool = _pool_key(pool) if pool is not None else new_pool_key()
-        _sim().begin_capture(self._pool)
+        _sim().graphs.begin_capture(self._pool)
 
     def capture_end(self) -> None:
-        self._graph, self._lanes = _sim().end_capture()
+        self._graph, self._lanes = _sim().graphs.end_capture()
 
     def instantiate(self) -> None:
         pass  # capture_end instantiated it (its host time charged there)
@@ -510,7 +524,7 @@ class CUDAGraph:
         if self._graph is None:
             raise RuntimeError("CUDA error: replay called on a CUDAGraph with no captured graph "
                                "(capture it first with torch.cuda.graph)")
-        _sim().replay_graph(self._graph, self._lanes)
+        _sim().graphs.replay(self._graph, self._lanes)
 
     def reset(self) -> None:
         self._graph, self._lanes = None, []
@@ -577,7 +591,7 @@ def install(sim: "Simulation") -> None:
 
     @node_call("cuda.synchronize", NODE_HOST_NS["synchronize"])
     def synchronize(device: Any = None) -> None:
-        sim.synchronize_device()
+        sim.streams.synchronize_device()
 
     c_bindings = {
         "_cuda_getDeviceCount": lambda: n,
@@ -591,13 +605,13 @@ def install(sim: "Simulation") -> None:
         "_cuda_init": lambda: None,
         "_cuda_getCurrentRawStream": lambda idx: _current_stream(idx).cuda_stream,
         "_cuda_getCurrentBlasHandle": lambda: 0,
-        "_cuda_clearCublasWorkspaces": lambda: sim.clear_cublas_workspaces(),
+        "_cuda_clearCublasWorkspaces": lambda: sim.storage.clear_cublas_workspaces(),
         "_cuda_sleep": node_call("torch.cuda._sleep", 0.0)(lambda cycles: sim.launch_sleep(cycles)),
         "_cuda_get_conv_benchmark_empty_cache": lambda: True,
         "_cuda_set_conv_benchmark_empty_cache": lambda enable: None,
         # torch 2.11's optimizers ask before every step (`_accelerator_graph_capture_health_check`),
         # and on a CUDA build without a driver the real binding raises.
-        "_cuda_isCurrentStreamCapturing": lambda: sim.is_capturing(),
+        "_cuda_isCurrentStreamCapturing": lambda: sim.graphs.is_capturing(),
         "_graph_pool_handle": graph_pool_handle,
         # torch.cuda.graph empties the pinned host cache before capturing; the CPU build lacks it
         "_host_emptyCache": lambda: None,
@@ -642,7 +656,7 @@ def install(sim: "Simulation") -> None:
         "can_device_access_peer": lambda device, peer: True,
         "utilization": lambda device=None: 100,
         "nvtx": _NvtxStub,
-        "is_current_stream_capturing": lambda: sim.is_capturing(),
+        "is_current_stream_capturing": lambda: sim.graphs.is_capturing(),
         "CUDAGraph": CUDAGraph,
         "graph_pool_handle": graph_pool_handle,
     }

@@ -26,7 +26,7 @@ from phantom.errors import SimulationError
 from phantom.interception import data_reads
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 aten = torch.ops.aten
 prim = torch.ops.prim
@@ -198,11 +198,11 @@ class PhantomMode(FakeTensorMode):
                 return func(*args, **kwargs)
         if func in _METADATA_OPS:
             # Reaching here cost host time a real run does not spend: account for it.
-            sim.begin_op(func, dispatched=True)
+            sim.host.begin_op(func, dispatched=True)
             try:
                 return self.dispatch(func, types, args, kwargs)
             finally:
-                sim.end_op()
+                sim.host.end_op()
         if func in _COLLECTIVE_OPS:  # after the metadata check: most dispatches are metadata
             from phantom.distributed import ops as collective_ops
 
@@ -215,8 +215,8 @@ class PhantomMode(FakeTensorMode):
             # time at the subclass's global shapes (fused AdamW under FSDP2, whose step
             # counters are plain tensors next to DTensor parameters). Reaching this handler
             # is dispatch overhead a real run does not pay, as for any handler entry.
-            sim.begin_op(func, dispatched=True)
-            sim.end_op()
+            sim.host.begin_op(func, dispatched=True)
+            sim.host.end_op()
             return NotImplemented
         if _decomposed_by_autograd(func):
             # With autograd's keys off (torch.inference_mode, an inference tensor) such an op
@@ -229,17 +229,17 @@ class PhantomMode(FakeTensorMode):
             # a real run decomposes in C++ before any handler, so the script's gap ends at
             # this entry and the parts' gaps start where the decomposition begins (else
             # every linear of an inference_mode forward was charged a handler's Python).
-            sim.begin_op(func, dispatched=True)
+            sim.host.begin_op(func, dispatched=True)
             with self:
-                sim.end_op()
+                sim.host.end_op()
                 decomposed = func.decompose(*args, **kwargs)
-            sim.end_op()
+            sim.host.end_op()
             if decomposed is not NotImplemented:
                 return decomposed
         if not _touches_cuda(args, kwargs):
-            sim.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
+            sim.host.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
             return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
-        sim.begin_op(func, dispatched=True, list_inputs=_list_tensors(args))
+        sim.host.begin_op(func, dispatched=True, list_inputs=_list_tensors(args))
         self._depth += 1
         try:
             read = self._maybe_data_read(func, args, kwargs)
@@ -248,11 +248,11 @@ class PhantomMode(FakeTensorMode):
             out = self._fake_dispatch(func, types, args, kwargs)
             sim.on_op(func, args, kwargs, out)
             if type(out) is list:
-                sim.returned_list(len(out))
+                sim.host.returned_list(len(out))
             return out
         finally:
             self._depth -= 1
-            sim.end_op()
+            sim.host.end_op()
 
     def warm_dispatch_paths(self) -> None:
         """Run a few small ops through the path a script's op takes to this handler (the C++
@@ -301,7 +301,7 @@ class PhantomMode(FakeTensorMode):
     # -- device-to-host reads -------------------------------------------------------------
     def _maybe_data_read(self, func, args, kwargs):
         if func is aten._local_scalar_dense.default:
-            self.sim.on_data_read(args[0], blocking=True, what=".item()")
+            self.sim.transfers.device_to_host(args[0], blocking=True, what=".item()")
             return data_reads.placeholder_scalar(args[0])
         if func is aten._to_copy.default and isinstance(args[0], FakeTensor) \
                 and _wants_cpu(kwargs.get("device")) and args[0].device.type == "cuda":
@@ -309,7 +309,7 @@ class PhantomMode(FakeTensorMode):
             # torch pins the output of a non_blocking device-to-host _to_copy
             # (aten/src/ATen/native/TensorConversions.cpp, `pin_out`)
             non_blocking = bool(kwargs.get("non_blocking", False))
-            self.sim.on_data_read(src, blocking=not non_blocking, pinned=non_blocking,
+            self.sim.transfers.device_to_host(src, blocking=not non_blocking, pinned=non_blocking,
                                   what="a device-to-host copy (.cpu() / .to('cpu'))")
             return data_reads.placeholder_cpu_tensor(src, kwargs.get("dtype"), pinned=non_blocking)
         if func is aten.copy_.default and not isinstance(args[0], FakeTensor) \
@@ -317,7 +317,7 @@ class PhantomMode(FakeTensorMode):
             dst, src = args[0], args[1]
             pinned = dst.is_pinned()
             # into pageable memory CUDA copies synchronously, non_blocking or not
-            self.sim.on_data_read(src, blocking=not (len(args) > 2 and args[2] and pinned),
+            self.sim.transfers.device_to_host(src, blocking=not (len(args) > 2 and args[2] and pinned),
                                   pinned=pinned, what="a device-to-host copy_()")
             with torch._subclasses.fake_tensor.unset_fake_temporarily():
                 shadow = data_reads.shadow_of(src)

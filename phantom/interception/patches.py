@@ -17,7 +17,7 @@ import torch.utils
 from phantom.interception import compiled
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 
 class _WeakrefForSwap:
@@ -203,7 +203,7 @@ def _patch_storage_resize(sim: "Simulation") -> None:
 
     def resize_(self, size):
         result = real_resize(self, size)
-        sim.on_storage_resize(self, int(size))
+        sim.storage.resize(self, int(size))
         return result
 
     torch.UntypedStorage.resize_ = resize_
@@ -223,7 +223,7 @@ def _patch_record_stream(sim: "Simulation") -> None:
     @node_call("Tensor.record_stream", NODE_HOST_NS["record_stream"])
     def record_stream(self, stream):
         if isinstance(stream, Stream):
-            sim.record_stream(self, stream.stream_id)
+            sim.storage.record_stream(self, stream.stream_id)
             return None
         return real_record_stream(self, stream)
 

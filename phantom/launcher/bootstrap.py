@@ -94,7 +94,7 @@ def _install_distributed(sim, config: RunConfig, rank: int) -> None:
 
     client = CoordinatorClient(rank) if config.world_size > 1 else None
     sim.comm = RankComm(sim, rank, config.world_size, client)
-    sim.set_world(min(config.world_size, max(config.nproc_per_node, 1)))
+    sim.host.set_world(min(config.world_size, max(config.nproc_per_node, 1)))
     # config.ranks is "auto" or the list of running ranks (the CLI expands "all" to a list).
     listed = config.ranks.split(",") if config.ranks not in ("auto", "all") else None
     all_run = config.ranks == "all" or (listed is not None and len(listed) == config.world_size)
@@ -132,7 +132,7 @@ def prepare_process(quiet: bool) -> None:
     load_fake_cuda(quiet=quiet)
     import torch  # noqa: F401  (after the fake CUDA library, on purpose)
 
-    import phantom.context  # noqa: F401
+    import phantom.sim  # noqa: F401
     import phantom.interception  # noqa: F401
     import phantom.report  # noqa: F401
 
@@ -150,7 +150,7 @@ def main() -> int:
     os.environ[SIMULATED_TE_ENV] = config.transformer_engine
 
     from phantom import interception
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
     from phantom.hardware import get_gpu
     from phantom.report import build_report, print_summary, write_report
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 import torch
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
 
 CATEGORIES = ("parameters", "gradients", "optimizer_state", "activations", "other")
 _PRIORITY = {"parameters": 0, "gradients": 1, "optimizer_state": 2}
@@ -413,11 +413,11 @@ class Recorder:
         """Start recording: give the storages already alive a record each (and a base
         record for any other allocated bytes), so that frees and the peak stay exact."""
         sim = self.sim
-        for entry in sim._storages.values():
+        for entry in sim.storage.live.values():
             if entry[0] is not None and entry[1] is None:
                 entry[1] = self.memory.malloc(entry[0].size, 0, "(before recording)", 0.0)
                 entry[1].category = "other"
-        for entry in sim._cublas_workspaces.values():
+        for entry in sim.storage.workspaces.values():
             entry[1] = self.memory.malloc(entry[0].size, 0, "cuBLAS workspace", 0.0)
             entry[1].category = "other"
         rest = sim.allocator.allocated_bytes - self.memory.current
@@ -451,7 +451,7 @@ class Recorder:
             key = t.untyped_storage()._cdata
         except (RuntimeError, NotImplementedError):
             return
-        entry = self.sim._storages.get(key)
+        entry = self.sim.storage.live.get(key)
         if entry is not None and entry[1] is not None:
             entry[1].tag(category)
 

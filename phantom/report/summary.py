@@ -12,7 +12,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from phantom.context import Simulation
+    from phantom.sim import Simulation
     from phantom.launcher.config import RunConfig
 
 SCHEMA = "phantom.run/1"
@@ -97,17 +97,17 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             if wall_seconds > setup_s else None,
             "wall_seconds_per_iteration": wall_seconds / n_iters if n_iters else None,
             # The script's host time measured here is multiplied by host_speed (SimOptions.host_speed).
-            "host_speed": sim.host_speed,
+            "host_speed": sim.host.host_speed,
             "host_speed_source": "measured" if sim.options.host_speed is None else "given",
-            "host_step_ns_here": sim.host_step_ns_here,
-            "host_step_ns_at_start": sim.host_step_ns_at_start,
+            "host_step_ns_here": sim.host.host_step_ns_here,
+            "host_step_ns_at_start": sim.host.host_step_ns_at_start,
             "host_step_ns_simulated": sim.gpu.host_step_ns,
             "host_mean_slowdown_simulated": sim.gpu.host_mean_slowdown,
             # every host ns of a multi-GPU run's rank is charged at the slowest rank's pace
             "rank_spread": sim.gpu.host_rank_spread if sim.options.rank_spread is None else sim.options.rank_spread,
-            "rank_pace": sim.rank_pace,
-            "host_speed_variation": sim.host_speed_variation(),
-            "host_gaps": sim.host_gaps(),
+            "rank_pace": sim.host.rank_pace,
+            "host_speed_variation": sim.host.speed_variation(),
+            "host_gaps": sim.host.summary(),
         },
     }
 
@@ -255,7 +255,7 @@ def _host_caution(report: dict[str, Any]) -> str | None:
     if at_start and best and at_start >= TORCH_PATH_SLOW * best:
         return (head + f"this machine's reference CPU step took {at_start / best:.1f}x its best at "
                 "start-up, a slowdown of PyTorch's own code that the speed probe does not correct; "
-                "host time can be over-charged by up to that much (`python -m phantom.engine.host` "
+                "host time can be over-charged by up to that much (`python -m phantom.host.machine` "
                 "shows when it is back near its best)" + tail)
     return None
 
