@@ -469,33 +469,42 @@ def cmd_compare(args: argparse.Namespace) -> None:
 # -- report ---------------------------------------------------------------------------------------
 
 def _provenance(files: list[dict]) -> str:
-    def one(kind: str) -> str:
-        fs = [f for f in files if f["kind"] == kind]
-        if not fs:
-            return f"{kind}: none"
-        devices = sorted({f["device"] for f in fs})
+    real = [f for f in files if f["kind"] == "real"]
+    sim = [f for f in files if f["kind"] == "sim"]
+
+    def span(fs: list[dict]) -> str:
         dates = sorted({f["date"] for f in fs})
-        torch = sorted({str(f["software"].get("torch", "?")) for f in fs if isinstance(f["software"], dict)})
-        span = dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
-        return (f"{kind}: {len(fs)} run{'s' * (len(fs) > 1)}, {'; '.join(devices)}, torch {', '.join(torch) or '?'}, "
-                f"{span}")
-    return "; ".join((one("real"), one("sim")))
+        return dates[0] if len(dates) == 1 else f"{dates[0]} to {dates[-1]}"
+    torch = sorted({str(f["software"].get("torch")) for f in real if isinstance(f["software"], dict)})
+    out = f"real: {len(real)} run(s), {'; '.join(sorted({f['device'] for f in real}))}, torch {', '.join(torch)}, {span(real)}"
+    return out + (f"; phantom: {len(sim)} run(s), {span(sim)}" if sim else "; phantom: none")
 
 
 def anchor(suite: Suite) -> str:
     return re.sub(r"[^a-z0-9 -]", "", suite.title.lower()).replace(" ", "-")
 
 
-def accuracy_rows() -> list[str]:
-    lines = ["| suite | workload | device | mean \\|error\\| | max \\|error\\| |", "|---|---|---|---|---|"]
+def suite_summary(suite: Suite) -> tuple[float, float, int, list[str]] | None:
+    """Every setup's rows of a suite: mean and max |error|, the row count, the real devices."""
+    errs, devices = [], []
+    for setup in suite.setups:
+        real, sim = setup_files(suite, setup)
+        rows = pool(real, sim)
+        rows = collective_groups(rows) if suite.name == "collectives" else rows
+        errs += [abs(e) for r in rows if (e := r.error_pct()) is not None]
+        devices += [real[0]["device"]] if real and sim else []
+    return (statistics.mean(errs), max(errs), len(errs), devices) if errs else None
+
+
+def accuracy_rows(link: str = "bench/README.md") -> list[str]:
+    """The short headline table: one row per suite."""
+    lines = ["| workload | devices | mean \\|error\\| | max \\|error\\| | details |", "|---|---|---|---|---|"]
     for suite in SUITES:
-        for setup in suite.setups:
-            s = setup_summary(suite, setup)
-            real, _ = setup_files(suite, setup)
-            if not s or not real:
-                continue
-            lines.append(f"| [{suite.title}](bench/README.md#{anchor(suite)}) | {setup.tag} ({suite.metric}) | "
-                         f"{real[0]['device']} | {s[0]:.1f}% | {s[1]:.1f}% |")
+        s = suite_summary(suite)
+        if s:
+            devices = ", ".join(dict.fromkeys(d.replace("NVIDIA ", "").replace(" 80GB HBM3", "") for d in s[3]))
+            lines.append(f"| {suite.title} ({suite.metric}) | {devices} | {s[0]:.1f}% | {s[1]:.1f}% | "
+                         f"[{suite.name}]({link}#{anchor(suite)}) |")
     return lines
 
 
@@ -517,18 +526,16 @@ def readme() -> str:
              "error any single prediction could have against all of its real samples, "
              "(max - min) / (max + min), is given beside it. What the numbers say: "
              "[docs/benchmarks/](../docs/benchmarks/).", "",
-             "## Summary", "", *accuracy_rows(), ""]
+             "## Summary", "", *accuracy_rows(""), ""]
     for suite in SUITES:
         lines += [f"## {suite.title}", "", f"`bench/suites/{suite.script}`: {suite.measures}", ""]
         for setup in suite.setups:
             real, sim = setup_files(suite, setup)
             if not real and not sim:
                 continue
-            lines += [f"**{setup.tag}** ({_provenance(real + sim)})", "", *compare_lines(suite, setup)]
             s = setup_summary(suite, setup)
-            if s:
-                lines += ["", f"Mean |error| {s[0]:.1f}%, max {s[1]:.1f}% over {s[2]} rows."]
-            lines.append("")
+            total = f" Mean \\|error\\| {s[0]:.1f}%, max {s[1]:.1f}% over {s[2]} rows." if s else ""
+            lines += [f"**{setup.tag}** ({_provenance(real + sim)}).{total}", "", *compare_lines(suite, setup), ""]
     lines += ["## Calibration data", "",
               "What phantom's fits and tests read, one folder per kind, each file with its provenance inside:", "",
               "- `kernels/`: kernel microbenchmarks (`kernels/measure.py` and the sweeps beside it) and their "
@@ -582,14 +589,13 @@ def main() -> None:
             q.add_argument("--real", nargs="*", help="results files of real runs (default: the setup's)")
             q.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
             q.add_argument("--no-write", action="store_true", help="print the rows, write no results file")
-        if mode != "compare":
-            q.add_argument("extra", nargs=argparse.REMAINDER, help="after --: the suite's own options")
     q = sub.add_parser("report")
     q.add_argument("--out", help="write the benchmark README here (default: bench/README.md)")
     q.add_argument("--readme", help="also write the accuracy table between the markers of this file")
-    args = p.parse_args()
-    if getattr(args, "extra", None) and args.extra[0] == "--":
-        args.extra = args.extra[1:]
+    argv = sys.argv[1:]
+    cut = argv.index("--") if "--" in argv else len(argv)  # after --: the suite's own options
+    args = p.parse_args(argv[:cut])
+    args.extra = argv[cut + 1:]
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "compare": cmd_compare, "report": cmd_report}[args.mode](args)
 
 
