@@ -1,4 +1,4 @@
-# Shared set-up of a device call, sourced by bench/device/h100x2_*.sh: NVLink multicast off (this
+# Shared set-up of a device call, sourced by bench/device/<suite>.sh: NVLink multicast off (this
 # workplace's rule), the carried wheels in .whl installed if any, a work folder $W with $log that
 # lands in $OUT/call.tgz however the call ends, `step NAME` log marks, and `left CAP`: the seconds
 # a step may take, CAP or what is left of the call's budget (CALL_BUDGET_S, default 565).
@@ -20,14 +20,14 @@ record_env() {
     python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)"; } > $W/env.txt 2>&1
 }
 # torchtitan on a host without network: offline datasets, torchtitan and its light dependencies
-# from the carried bench/torchtitan_wheels (bench/torchtitan.py install).
+# from the carried bench/torchtitan_wheels (bench/suites/torchtitan.py install).
 setup_torchtitan() {
   export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
-  python bench/torchtitan.py install >> $log 2>&1
+  python bench/suites/torchtitan.py install >> $log 2>&1
 }
 # DeepSpeed's FusedAdam, JIT-built once for the call (nvcc), as `deepspeed.py real` uses it:
 # TORCH_CUDA_ARCH_LIST without the lent image's arch suffixes ("9.0a" -> "9.0"), which
-# DeepSpeed 0.19.8's builder cannot parse (bench/deepspeed.py deepspeed_arch_list); a step
+# DeepSpeed 0.19.8's builder cannot parse (bench/suites/deepspeed.py deepspeed_arch_list); a step
 # mark in the log; at most 120 s of the call.
 deepspeed_arch_list() {
   local arch=${TORCH_CUDA_ARCH_LIST:-}
