@@ -104,6 +104,11 @@ def read_torchtitan(native: dict) -> dict[str, float]:
     return {r["name"]: r["summary"]["tps"] for r in native["results"] if (r.get("summary") or {}).get("tps")}
 
 
+def read_cuda_graphs(native: dict) -> dict[str, float]:
+    """The `step` rows of the JSON lines the script prints: ms per training or inference step."""
+    return {r["name"]: r["ms"] for r in native["lines"] if r.get("kind") == "step" and r.get("ms")}
+
+
 def read_workloads(native: dict) -> dict[str, float]:
     if "runs" in native:
         return {r["workload"]: r["summary"]["median_iter_ms"] for r in native["runs"] if r.get("summary")}
@@ -134,6 +139,7 @@ class Suite:
     sim_needs_real: bool = True
     row_label: str = "config"
     native_sim_key: str = "rows"  # where a prefix-style sim JSON keeps its rows
+    one_script: bool = False  # the same script on the GPU (python) and under `phantom run`, JSON lines out
 
 
 SUITES = [
@@ -201,6 +207,12 @@ SUITES = [
                                            "float8-tensorwise-eager"], [])],
           sim_out="prefix", row_label="workload"),
 ]
+SUITES.append(
+    Suite("cuda_graphs", "CUDA graphs and torch.compile", "A small GPT (4 layers, width 512, bf16, 256 tokens) at "
+          "batch 2 (host-bound) and 16, training and inference steps: eager, captured whole in a CUDA graph, "
+          "through make_graphed_callables, and compiled with and without mode=\"reduce-overhead\".",
+          "cuda_graphs.py", read_cuda_graphs, [Setup("h100", "H100", [], [])], metric="ms per step",
+          sim_needs_real=False, one_script=True, row_label="step"))
 BY_NAME = {s.name: s for s in SUITES}
 
 
@@ -288,18 +300,34 @@ def cmd_real(args: argparse.Namespace) -> None:
     setup = _setup(suite, args.setup)
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "real.json"
-        cmd = [sys.executable, f"bench/suites/{suite.script}", "real", *setup.real, "--out", str(out), *args.extra]
+        mode = [] if suite.one_script else ["real"]
+        cmd = [sys.executable, f"bench/suites/{suite.script}", *mode, *setup.real, "--out", str(out), *args.extra]
         _run(cmd)
-        native = json.loads(out.read_text())
+        native = _json_lines(out) if suite.one_script else json.loads(out.read_text())
     rows = suite.read(native)
     path = write_result(suite, setup, "real", rows, device_here(setup), software_here(),
                         f"python bench/bench.py real {suite.name} --setup {setup.tag}", native)
     print(f"{len(rows)} rows -> {path.relative_to(REPO)}")
 
 
+def _json_lines(path: Path) -> dict:
+    return {"lines": [json.loads(line) for line in path.read_text().splitlines() if line.strip()]}
+
+
+def _phantom() -> list[str]:
+    return [sys.executable, "-c", "import sys; from phantom.cli import main; sys.exit(main())"]
+
+
 def cmd_sim(args: argparse.Namespace) -> None:
     suite = BY_NAME[args.suite]
     setup = _setup(suite, args.setup)
+    if suite.one_script:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "sim.jsonl"
+            _run([*_phantom(), "run", "--gpu", setup.gpu, "--quiet", *shlex.split(args.run_args),
+                  f"bench/suites/{suite.script}", *setup.sim, "--out", str(out), *args.extra])
+            native = _json_lines(out)
+        return _finish_sim(suite, setup, args, native)
     reals = [Path(p) for p in args.real] if args.real else results_files(suite.name, setup.tag, "real")
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, f"bench/suites/{suite.script}", "sim", *setup.sim]
@@ -330,6 +358,10 @@ def cmd_sim(args: argparse.Namespace) -> None:
             native = {"table": Path(f"{out}.md").read_text()}
         else:
             native = json.loads(Path(f"{out}.json").read_text())
+    _finish_sim(suite, setup, args, native)
+
+
+def _finish_sim(suite: Suite, setup: Setup, args: argparse.Namespace, native: dict) -> None:
     rows = suite.read(native)
     flags = f" --run-args {shlex.quote(args.run_args)}" if args.run_args else ""
     command = f"python bench/bench.py sim {suite.name} --setup {setup.tag}{flags}"
@@ -444,8 +476,11 @@ def collectives_lines(rows: list[Row], setup: Setup) -> list[str]:
 
 def reproduce(suite: Suite, setup: Setup, row: str) -> str:
     """The command that re-runs one row's phantom side (the suite's own row filter after --)."""
-    only = {"workloads": "--only", "nonllm": "--only", "host_bound": "--only", "collectives": None}.get(suite.name, "--configs")
+    only = {"workloads": "--only", "nonllm": "--only", "host_bound": "--only", "collectives": None,
+            "cuda_graphs": "--only"}.get(suite.name, "--configs")
     name = row.split(" x")[0] if suite.name == "nonllm" else row
+    if suite.name == "cuda_graphs":
+        name = row.split("_")[0]  # the script's row groups: train, infer
     tail = f" -- {only} {name}" if only else ""
     return f"`python bench/bench.py sim {suite.name} --setup {setup.tag}{tail}`"
 
@@ -537,15 +572,14 @@ def readme() -> str:
             total = f" Mean \\|error\\| {s[0]:.1f}%, max {s[1]:.1f}% over {s[2]} rows." if s else ""
             lines += [f"**{setup.tag}** ({_provenance(real + sim)}).{total}", "", *compare_lines(suite, setup), ""]
     lines += ["## Calibration data", "",
-              "What phantom's fits and tests read, one folder per kind, each file with its provenance inside:", "",
-              "- `kernels/`: kernel microbenchmarks (`kernels/measure.py` and the sweeps beside it) and their "
-              "results in `kernels/results/`, fitted by `python -m phantom.cost.calibrate*`;",
-              "- `profile/`: op records of framework runs and `phantom profile` timings, the kernel database's "
-              "sources;",
-              "- `host/`: host-time measurements of the lent GPU hosts (reference step, Python speed, flicker, "
-              "per-rank host time) and the scripts that read them for `phantom/hardware/gpus.py`;",
-              "- `probes/`: the scripts that measured single constants phantom cites (a call's host cost, a "
-              "collective's wake-up, live memory blocks, FlexAttention, the kernel database's borrowing).", "",
+              "What phantom's fits and tests read stays here, one folder per kind, each file with its provenance "
+              "inside: `kernels/` (kernel microbenchmarks, `kernels/measure.py` and the sweeps beside it, results in "
+              "`kernels/results/`, fitted by `python -m phantom.cost.calibrate*`); `profile/` (op records of "
+              "framework runs and their `phantom profile` timings, the kernel database's sources); `host/` (the "
+              "lent GPU hosts' reference step, Python speed, flicker and per-rank host time, and the scripts that "
+              "turn them into `phantom/hardware/gpus.py`'s constants); `probes/` (the scripts that measured single "
+              "constants phantom cites). `suites/scale.py` measures the simulator itself (wall time and RAM from "
+              "8 to 1,024 simulated GPUs); it has no real side.", "",
               "## Older measurements", "",
               "The measurement notebook this folder grew from (every earlier run, probe and analysis, with "
               f"its data) is kept in git: `git checkout notebook-archive` (commit {tag_commit()}).", ""]

@@ -12,8 +12,7 @@ rank's timestamps, plus per-step summaries: how far apart the ranks finish their
 host, and how long the step runs past the later of the two.
 
 Why: the real 2-GPU UNet step is 40-58 ms (14-25%) longer than the 1-GPU step on the same
-machine, two independent copies on two GPUs are not slower than one (bench/README, nonllm,
-session 18), and phantom's ranks, which charge one leader's host gaps, finish together.
+machine, two independent copies on two GPUs are not slower than one, and phantom's ranks, which charge one leader's host gaps, finish together.
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ each), summarised as slowdowns against the fastest probe seen.
 
     python bench/host/host_flicker.py --seconds 15 --cores 1 --out flicker.json
 
-The development VMs of this project spend ~30% of their time ~2x slower than their best, in
+The simulating machines this project ran on spend ~30% of their time ~2x slower than their best, in
 spells from under a millisecond to seconds. Whether the GPU hosts do the same decides how host
 time measured here compares with a real run's (README, "Host time policy"). The summary gives
 the mean slowdown over windows of 10 ms to 1 s (the spread of those means is what a host-bound
@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from phantom.engine.host import SLOW_STATE, _probe_ns  # noqa: E402
 
-PROBE_N = 500  # ~0.15 ms a probe on the development VM: fine enough to see sub-ms spells
+PROBE_N = 500  # ~0.15 ms a probe on a 2-core simulating machine: fine enough to see sub-ms spells
 WINDOWS_MS = (10, 50, 100, 1000)
 
 

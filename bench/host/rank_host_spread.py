@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from phantom.engine.host import expected_max_normal, straggler_pace  # noqa: E402
+from phantom.host.steady import expected_max_normal, straggler_pace  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 # (file, host): each file's `steps` hold every rank's host ms per step (the two scripts write the

@@ -13,7 +13,7 @@ mark: the spread of the per-segment differences, and the largest offset within t
 
 Why: a host-bound TP step's collectives each wait for the later rank's launch, so what the
 step costs depends on how independently the ranks' hosts run; phantom's ranks charge one
-leader's gaps and run in lockstep (bench/README, distributed, session 19).
+leader's gaps and run in lockstep.
 """
 from __future__ import annotations
 

@@ -38,7 +38,7 @@ import subprocess
 import time
 
 # (a dims, a strides, b dims, b strides): the GEMMs of torchtitan's Llama 3 8B at local batch 1,
-# seq 8192 (rank 0 of the traced 5-block step, data/session34/device_titan_profile_h100_bs1),
+# seq 8192 (rank 0 of the traced 5-block step, a torchtitan profiler trace),
 # then square ones.
 def _nn(m: int, k: int, n: int, at: bool = False, bt: bool = False) -> tuple:
     a_st = [1, m] if at else [k, 1]

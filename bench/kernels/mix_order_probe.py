@@ -5,7 +5,7 @@ and what each costs.
     phantom run --gpu H100 --host-speed 0.0001 bench/kernels/mix_order_probe.py --only ... --out sim.json
     python bench/kernels/mix_order_probe.py --compare probe.json [probe2.json ...] sim.json
 
-Session 36 found that in torchtitan's compiled float8 step Inductor fuses the float8 casts of
+In torchtitan's compiled float8 step Inductor fuses the float8 casts of
 the recomputed norm output, stored transposed for the weight-gradient GEMMs, into RMSNorm
 backward's *mix-order reduction* (its row sum and its weight gradient's column sum in one
 persistent kernel), and that those kernels hold 13.3 of the step's 27.9 ms of generated

@@ -1,6 +1,6 @@
 """Host time of a small transformer block, alone and right after a collective.
 
-    python bench/probes/collective_cold_block.py sim --out bench/data/session40/cold_block_sim   # phantom, 2 ranks
+    python bench/probes/collective_cold_block.py sim --out cold_block_sim                          # phantom, 2 ranks
     python bench/probes/collective_cold_block.py real --out DIR                                    # torchrun, 2 GPUs
     torchrun --nproc-per-node 2 bench/probes/collective_cold_block.py worker                       # one measurement
 
@@ -10,7 +10,7 @@ once with nothing before them and once right after an `all_gather_into_tensor` o
 On a GPU host the collective is an NCCL enqueue that returns at once, so the block costs
 the same either way. Under phantom each collective is a blocking round trip to the
 coordinator, during which other processes run on the rank's core; the first block after it
-used to be charged ~2.5x (Session 40). `sim` runs the worker under phantom with the path to
+used to be charged ~2.5x. `sim` runs the worker under phantom with the path to
 the handler warmed after each round trip (the default) and without (`PHANTOM_NO_REWARM=1`),
 three rounds each, and writes a table of the medians.
 """

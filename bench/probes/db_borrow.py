@@ -11,11 +11,11 @@ of the target GPU's time are compared with its measured row:
   ratio      the other GPU's measured row x the roofline's ratio, whatever the class
   unscaled   the other GPU's measured row as it is
   roofline   the target GPU's calibrated roofline alone (the fallback before borrowing)
-  by_ratio   the rule before session 17: the ratio, except for the tensor-core classes
+  by_ratio   the earlier rule: the ratio, except for the tensor-core classes
 
 No GPU needed: the calls are rebuilt on meta tensors from the recorded specs.
 
-    python bench/probes/db_borrow.py --out bench/data/db_borrow.md
+    python bench/probes/db_borrow.py --out db_borrow.md
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ event waits, event records and queries; counted under phantom), FSDP and Megatro
 communication fewer. Under phantom each is a Python function of the simulation, whose own time
 on the simulating machine counts as the script's host time, scaled to the node; on a GPU host
 each is a pybind call into the CUDA runtime. ZeRO-3's hooks came out charged 2-2.7x a real
-host's time per call where they do little else (bench/README, distributed, session 21). Each
+host's time per call where they do little else. Each
 case is timed as host microseconds per call: blocks of calls, a synchronize between blocks,
 the median of the blocks; the parameter re-pointing and the empty tensors of ZeRO-3's
 release path are timed the same way.

@@ -9,7 +9,7 @@ fraction of a microsecond per tensor (multi_tensor_apply packs ~36 tensors per l
 under phantom every tensor of the list crosses into Python and back for the fake dispatch. The
 per-entry dispatch overhead phantom takes off each gap does not see that per-tensor cost, and a
 UNet's AdamW step (686 parameters) came out 34-36 ms of host time against 13-20 ms on the real
-hosts (bench/README, distributed, session 20). Each case is timed as host microseconds per call:
+hosts. Each case is timed as host microseconds per call:
 blocks of calls with no synchronisation inside (tiny tensors, so the GPU never holds the host
 back through the launch queue), a synchronize between blocks, the median of the blocks. Under
 phantom `perf_counter` is the simulated host clock, so the same numbers come out simulated.

@@ -6,7 +6,7 @@ If the probe tracked the PyTorch host path exactly, repeated runs of one script 
 the same host time however fast the machine ran. `record` runs a script under phantom and saves,
 per iteration, what its gaps were charged with the gap scale as measured and with fixed scales;
 `damping` then recomputes each run's charge with the correction taken to a power alpha (0: no
-correction, 1: phantom's, which since Session 30 is itself the probe's swing at half strength,
+correction, 1: phantom's, which is itself the probe's swing at half strength,
 `host.PROBE_STRENGTH`) and prints how much the runs spread (coefficient of variation):
 
     for i in 1 2 3 4 5 6; do phantom run --quiet --gpu H100 bench/probes/probe_scaling.py record run$i.json \\

@@ -16,7 +16,7 @@ through torch's `out_dtype` GEMM. The same script runs on a real GPU and under p
 
     python bench/probes/wgrad_fusion.py run --out real.json                 # on the GPU
     phantom run --gpu H100 bench/probes/wgrad_fusion.py run --out sim.json  # simulated
-    python bench/probes/wgrad_fusion.py compare real.json sim.json --out bench/data/wgrad_fusion.md
+    python bench/probes/wgrad_fusion.py compare real.json sim.json --out wgrad_fusion.md
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """NCCL collectives through torch.distributed, nccl-tests style: real GPUs versus phantom.
 
     python bench/suites/collectives.py list
-    python bench/suites/collectives.py real --out bench/data/real_collectives_h200x2.json    # on the 2-GPU machine
-    python bench/suites/collectives.py sim --gpu H200 --real bench/data/real_collectives_h200x2.json --out bench/data/sim_collectives_h200x2.md
+    python bench/suites/collectives.py real --out /tmp/real_collectives_h200x2.json    # on the 2-GPU machine
+    python bench/suites/collectives.py sim --gpu H200 --real /tmp/real_collectives_h200x2.json --out /tmp/sim_collectives_h200x2.md
 
 `real` starts `torchrun --nproc-per-node N bench/suites/collectives.py worker ...` (one process per
 GPU) and records what rank 0 prints; `sim` runs the same worker under
@@ -461,7 +461,7 @@ def main() -> None:
     sub.add_parser("worker", parents=[common], help="(started by torchrun / phantom run) run the sweep")
     sub.add_parser("list", parents=[drv], help="show the sweep and the commands")
     p = sub.add_parser("real", parents=[drv], help="run the sweep on this machine's GPUs")
-    p.add_argument("--out", default="bench/data/real_collectives.json")
+    p.add_argument("--out", default="/tmp/real_collectives.json")
     p.add_argument("--log", help="also write the full output here")
     p = sub.add_parser("sim", parents=[drv], help="run the sweep under phantom and compare")
     p.add_argument("--gpu", default="H200")

@@ -2,12 +2,12 @@
 ZeRO-2 and ZeRO-3 on 2 GPUs, real against simulated.
 
     python bench/suites/deepspeed.py list
-    python bench/suites/deepspeed.py real --out bench/data/deepspeed_real_h200x2.json      # on the 2-GPU machine
-    python bench/suites/deepspeed.py sim --gpu H200 --real bench/data/deepspeed_real_h200x2.json \\
-        --out bench/data/deepspeed_sim_h200x2
+    python bench/suites/deepspeed.py real --out /tmp/deepspeed_real_h200x2.json      # on the 2-GPU machine
+    python bench/suites/deepspeed.py sim --gpu H200 --real /tmp/deepspeed_real_h200x2.json \\
+        --out /tmp/deepspeed_sim_h200x2
     python bench/suites/deepspeed.py sim --gpu H200 --repeat 3 --real r1.json r2.json --out OUT   # pooled samples
     python bench/suites/deepspeed.py sim --real r1.json r2.json r3.json --runs-from OUT.json --out OUT2   # no new runs
-    python bench/suites/deepspeed.py scale --out bench/data/deepspeed_scale_h100x16          # 16 simulated H100
+    python bench/suites/deepspeed.py scale --out /tmp/deepspeed_scale_h100x16          # 16 simulated H100
     python bench/suites/deepspeed.py args z2-1b-lion --dir /tmp/x   # one config's script and arguments
 
 `real` first builds DeepSpeed's FusedAdam CUDA extension (JIT, nvcc) once, then runs each config
@@ -26,7 +26,7 @@ on two stages; `pp1-*` on one stage, the engine's schedule and host path on one 
 `real` builds their CUDA ops first.
 
 `sim` runs the same configs under `phantom run --nproc-per-node N --gpu H200` (N: the real file's) and writes
-`<out>.md` (the table of bench/README.md) and `<out>.json`.
+`<out>.md` (a table) and `<out>.json` (what `python bench/bench.py sim deepspeed` reads).
 
 `scale` runs Llama3 8B under ZeRO-3 (examples/deepspeed/train.py) and under FSDP2
 (examples/llama_train.py) on 16 simulated H100 (2 nodes of `h100-ib`), same batch and sequence,

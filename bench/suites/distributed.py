@@ -1,8 +1,8 @@
 """Multi-GPU accuracy benchmark: examples/dist_train.py (DDP, FSDP2, TP, PP) for real versus under phantom.
 
     python bench/suites/distributed.py list
-    python bench/suites/distributed.py real --out bench/data/real_distributed_h200x2.json      # on the 2-GPU machine
-    python bench/suites/distributed.py sim --gpu H200 --real bench/data/real_distributed_h200x2.json --out bench/data/sim_distributed_h200x2.md
+    python bench/suites/distributed.py real --out /tmp/real_distributed_h200x2.json      # on the 2-GPU machine
+    python bench/suites/distributed.py sim --gpu H200 --real /tmp/real_distributed_h200x2.json --out /tmp/sim_distributed_h200x2.md
 
 `real` runs every config as its own `torchrun --nproc-per-node 2` and records the median
 iteration time and the peak memory (rank 0 and the maximum over ranks) that rank 0 prints in its
@@ -239,7 +239,7 @@ def main() -> None:
 
     sub.add_parser("list", parents=[common], help="show the configs and their estimates")
     p = sub.add_parser("real", parents=[common], help="run the configs on this machine's GPUs")
-    p.add_argument("--out", default="bench/data/real_distributed.json")
+    p.add_argument("--out", default="/tmp/real_distributed.json")
     p = sub.add_parser("sim", parents=[common], help="run the configs under phantom and compare")
     p.add_argument("--gpu", default="H200")
     p.add_argument("--real", help="JSON written by the real mode")

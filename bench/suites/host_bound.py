@@ -1,8 +1,8 @@
 """Host-bound training steps: small models where the CPU's Python and launch overhead, not
 the GPU, sets the iteration time. Checks phantom's host-time model (README, "Host time").
 
-    python bench/suites/host_bound.py real --out bench/data/host_bound_h100.json   # on the GPU machine
-    python bench/suites/host_bound.py sim --gpu H100 --real bench/data/host_bound_h100.json
+    python bench/suites/host_bound.py real --out /tmp/host_bound_h100.json   # on the GPU machine
+    python bench/suites/host_bound.py sim --gpu H100 --real /tmp/host_bound_h100.json
 
 Uses the runners of single_gpu.py; the workloads are the shipped examples with small sizes.
 """

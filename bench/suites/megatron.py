@@ -2,10 +2,10 @@
 real runs and against Megatron's published H100 rows.
 
     python bench/suites/megatron.py list
-    python bench/suites/megatron.py real --out bench/data/megatron_real_h200x2.json   # on 2 real GPUs
-    python bench/suites/megatron.py sim --gpu H200 --real bench/data/megatron_real_h200x2.json \\
-        --out bench/data/megatron_sim_h200x2
-    python bench/suites/megatron.py published --out bench/data/megatron_published
+    python bench/suites/megatron.py real --out /tmp/megatron_real_h200x2.json   # on 2 real GPUs
+    python bench/suites/megatron.py sim --gpu H200 --real /tmp/megatron_real_h200x2.json \\
+        --out /tmp/megatron_sim_h200x2
+    python bench/suites/megatron.py published --out /tmp/megatron_published
 
 `real` runs `torchrun --nproc-per-node 2 examples/megatron/pretrain_gpt.py ...` for each 2-GPU
 config and records Megatron's log line of every iteration (elapsed time per iteration, TFLOP/s
@@ -140,8 +140,8 @@ PUBLISHED_ARGS = ("--seq-length", "4096", "--micro-batch-size", "1", "--global-b
                   "--overlap-param-gather", "--gradient-accumulation-fusion",
                   "--train-iters", "5", "--disable-gloo-process-groups")
 # The layer spec (`published --spec`): Transformer Engine's, as the published runs used, through
-# phantom's simulated TE (te, the default since session 31); or the local spec with torch
-# SDPA standing in for TE's fused attention (local, sessions 6-30).
+# phantom's simulated TE (te, the default); or the local spec with torch SDPA standing in for
+# TE's fused attention (local).
 SPEC_ARGS = {"te": ("--transformer-impl", "transformer_engine"),
              "local": ("--core-attention", "sdpa")}
 SPEC_PHANTOM_ARGS = {"te": ("--transformer-engine", "simulated"), "local": ()}
@@ -190,9 +190,9 @@ def pct(sim: float | None, ref: float | None) -> float | None:
 
 def real_env(c: Config) -> dict:
     """The environment of a real run of `c`: ENV, and phantom's TE stand-in on the path for the TE
-    spec's configs only, from TE_STANDIN_PATH (bench/device/megatron_te_*.sh). Put on the path for
+    spec's configs only, from TE_STANDIN_PATH (phantom/adapters/te_standin). Put on the path for
     a whole call, it made Megatron take TE's FusedAdam and multi-tensor kernels in the local spec's
-    configs too, which their simulation (no `--transformer-engine simulated`) does not (Session 39)."""
+    configs too, which their simulation (no `--transformer-engine simulated`) does not."""
     env = dict(ENV)
     standin = os.environ.get("TE_STANDIN_PATH")
     if standin and "transformer_engine" in c.args:
@@ -358,7 +358,7 @@ def main() -> None:
                    help="te (default): Transformer Engine's layer spec, simulated; local: the "
                         "local spec with SDPA attention")
     q.add_argument("--no-gradient-accumulation-fusion", dest="gaf", action="store_false",
-                   help="run the rows without it (before session 26), for comparison")
+                   help="run the rows without it, for comparison")
     q.add_argument("--timeout", type=float, default=3600)
     args = p.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim, "table": cmd_table,

@@ -1,8 +1,8 @@
 """Vision, diffusion and graph workloads: real 1- and 2-GPU runs against phantom (issue 10).
 
-    python bench/suites/nonllm.py real --out bench/data/real_nonllm_h200x2.json     # on the GPU host
-    python bench/suites/nonllm.py sim  --real bench/data/real_nonllm_h200x2.json \\
-                                --out bench/data/sim_nonllm_h200x2.md        # anywhere
+    python bench/suites/nonllm.py real --out /tmp/real_nonllm_h200x2.json     # on the GPU host
+    python bench/suites/nonllm.py sim  --real /tmp/real_nonllm_h200x2.json \\
+                                --out /tmp/sim_nonllm_h200x2.md        # anywhere
     python bench/suites/nonllm.py record --out-dir bench/profile/records           # op signatures
 
 Each workload is an example script run unchanged by torchrun (real) and by

@@ -1,6 +1,6 @@
 """How far one machine simulates: wall time and RAM against the simulated GPU count.
 
-    python bench/suites/scale.py [--only NAME ...] [--startup] [--out bench/data/scale.md]
+    python bench/suites/scale.py [--only NAME ...] [--startup] [--out /tmp/scale.md]
 
 Runs examples/llama_train.py (Llama-3 8B, or 70B for the 3-D layout; seq 8192) through
 `phantom run --cluster h100-ib` (8 H100 a node, one 400 Gb/s NIC per GPU) from 8 to 1,024

@@ -1,8 +1,8 @@
 """Single-GPU accuracy benchmark: examples/gpt_train.py for real versus under phantom.
 
     python bench/suites/single_gpu.py list
-    python bench/suites/single_gpu.py real --out bench/data/real_h100.json          # on a machine with the GPU
-    python bench/suites/single_gpu.py sim --gpu H100 --real bench/data/real_h100.json --out bench/data/sim_h100.md
+    python bench/suites/single_gpu.py real --out /tmp/real_h100.json          # on a machine with the GPU
+    python bench/suites/single_gpu.py sim --gpu H100 --real /tmp/real_h100.json --out /tmp/sim_h100.md
 
 `real` runs every config as its own process on this machine's GPU and records the median
 iteration time and peak memory that the script prints in its `summary:` line. `sim` runs the same
@@ -318,7 +318,7 @@ def main() -> None:
 
     sub.add_parser("list", parents=[common], help="show the configs and their memory estimates")
     p = sub.add_parser("real", parents=[common], help="run the configs on this machine's GPU")
-    p.add_argument("--out", default="bench/data/real.json")
+    p.add_argument("--out", default="/tmp/real.json")
     p = sub.add_parser("sim", parents=[common], help="run the configs under phantom and compare")
     p.add_argument("--gpu", default="H100")
     p.add_argument("--real", help="JSON written by the real mode")

@@ -2,13 +2,13 @@
 numbers and against real runs.
 
     python bench/suites/torchtitan.py list
-    python bench/suites/torchtitan.py published [--rows NAME,...] [--out bench/data/torchtitan_published]
+    python bench/suites/torchtitan.py published [--rows NAME,...] [--out /tmp/torchtitan_published]
     python bench/suites/torchtitan.py wheels                      # on a machine with network: bench/torchtitan_wheels/
-    python bench/suites/torchtitan.py real --out bench/data/torchtitan_real_h200x2.json     # on the 2-GPU machine
-    python bench/suites/torchtitan.py sim --gpu H200 --real bench/data/torchtitan_real_h200x2.json \\
-        --out bench/data/torchtitan_sim_h200x2
-    python bench/suites/torchtitan.py compare --sim bench/data/torchtitan_sim_h200x2.json \\
-        --real bench/data/torchtitan_real_h200x2.json --out bench/data/torchtitan_sim_h200x2
+    python bench/suites/torchtitan.py real --out /tmp/torchtitan_real_h200x2.json     # on the 2-GPU machine
+    python bench/suites/torchtitan.py sim --gpu H200 --real /tmp/torchtitan_real_h200x2.json \\
+        --out /tmp/torchtitan_sim_h200x2
+    python bench/suites/torchtitan.py compare --sim /tmp/torchtitan_sim_h200x2.json \\
+        --real /tmp/torchtitan_real_h200x2.json --out /tmp/torchtitan_sim_h200x2
 
 `published` simulates the rows torchtitan published (../shared/reference/public-ground-truth.md):
 Llama 3.1 8B with FSDP on 8 and 128 H100 (benchmarks/llama3_h100_202412_torchtitan.md) and
@@ -501,7 +501,7 @@ def main() -> None:
     sub.add_parser("list")
     q = sub.add_parser("published")
     q.add_argument("--rows", help="comma-separated row names (default: all)")
-    q.add_argument("--out", default="bench/data/torchtitan_published")
+    q.add_argument("--out", default="/tmp/torchtitan_published")
     q.add_argument("--timeout", type=float, default=3600)
     q.add_argument("--phantom", help="command that runs phantom (default: `phantom`)")
     q.add_argument("--dump", default="/tmp/torchtitan_bench")

@@ -1,8 +1,8 @@
 """Workloads from the wider ecosystem, out of sample: real runs on one GPU against phantom.
 
-    python bench/suites/workloads.py real --out bench/data/workloads/real_h100.json      # on the GPU host
-    python bench/suites/workloads.py sim --real bench/data/workloads/real_h100.json \\
-                                  --out bench/data/workloads/sim_h100             # anywhere
+    python bench/suites/workloads.py real --out /tmp/real_h100.json      # on the GPU host
+    python bench/suites/workloads.py sim --real /tmp/real_h100.json \\
+                                  --out /tmp/sim_h100             # anywhere
     python bench/suites/workloads.py record --out-dir bench/profile/records              # op signatures
 
 Scripts written the way users of each library write them, none of them tuned against phantom
@@ -59,7 +59,7 @@ WORKLOADS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-# Common training patterns, out of sample (Session 32): plain-torch scripts in bench/suites/patterns/
+# Common training patterns, out of sample: plain-torch scripts in bench/suites/patterns/
 # written after a robustness sweep found them broken or untested under phantom. name ->
 # (script, arguments, GPUs); two GPUs run under torchrun on the GPU host and with
 # `--nproc-per-node 2` under phantom.
@@ -72,7 +72,7 @@ PATTERNS: dict[str, tuple[str, list[str], int]] = {
     "pp-1f1b": ("bench/suites/patterns/pipeline.py", ["--schedule", "1F1B"], 2),
     "pp-interleaved": ("bench/suites/patterns/pipeline.py", ["--schedule", "Interleaved1F1B", "--microbatches", "4"], 2),
     "hf-generate": ("bench/suites/patterns/hf_generate.py", [], 1),
-    # Float8 training through torchao (Session 33): a bf16 baseline and three recipes, compiled
+    # Float8 training through torchao: a bf16 baseline and three recipes, compiled
     # blocks (the way float8 is run), and tensorwise eager.
     "float8-bf16-compile": ("bench/suites/patterns/float8.py", ["--recipe", "none"], 1),
     "float8-tensorwise-compile": ("bench/suites/patterns/float8.py", ["--recipe", "tensorwise"], 1),

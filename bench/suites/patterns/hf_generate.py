@@ -34,7 +34,7 @@ for call in range(a.calls):
     torch.cuda.synchronize()
     times.append((time.perf_counter() - t0) * 1e3)
     print(f"call {call} {times[-1]:.1f} ms, {tuple(out.shape)}", flush=True)
-if a.profile:  # where a real call's host time goes (bench/README, Session 33)
+if a.profile:  # where a real call's host time goes
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof, torch.inference_mode():
