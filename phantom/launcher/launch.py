@@ -24,13 +24,13 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from phantom.engine.pace import PACE_FILE_ENV, PaceProcess
+from phantom.host.pace import PACE_FILE_ENV, PaceProcess
 from phantom.launcher.config import ENV_VAR, RunConfig
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40
 # PHANTOM_NO_FORK_SERVER=1: start every rank as a fresh Python instead of forking it from a
-# pre-warmed parent (forkserver.py).
+# pre-warmed parent (forkserver.py), to compare the two or to rule the fork server out.
 NO_FORK_SERVER = "PHANTOM_NO_FORK_SERVER"
 
 
@@ -62,12 +62,11 @@ def pace_mode(config: RunConfig, cpus: int | None = None) -> str:
     """How this run reads the machine's speed (--host-pace): "process" or "probe".
 
     `auto` starts the pace process where it has a core to itself, that is where this machine has
-    more usable CPUs than the run starts rank processes on it. Where the ranks fill the cores, the
-    pace process's timing would take their contention for a slower machine: on the 2-vCPU
-    development VM, with 2 ranks, it put Megatron's TP2 + SP row 9% under the probe's (bench/
-    README.md, DeepSpeed, Session 44). One rank there, it held a host-bound step steady through
-    a slow state that put the probe's up to 25% higher (Session 45). Ray ranks on other machines
-    cannot read its file: the probe."""
+    more usable CPUs than the run starts rank processes on it: timed on a core the ranks keep
+    busy, the pace process takes their contention for a slower machine and undercharges host
+    time, while on a core of its own it follows slow states of PyTorch's C++ path that the
+    probe misses (docs/host-time.md). Ray ranks on other machines cannot read its file: the
+    probe."""
     if config.host_pace != "auto":
         return config.host_pace
     if config.executor == "ray":
@@ -199,7 +198,7 @@ def free_port() -> int:
     from that range, so in the gap before rank 0 listens one of them can take it (EADDRINUSE).
     Below the range only another server picking the same port can collide. The draw starts at
     20,000, clear of Ray's default worker ports (10,002-19,999): a Ray node reserves them as a
-    block, and `ray start --port` inside it fails (seen in CI)."""
+    block, and `ray start --port` inside it fails."""
     low = _ephemeral_range()[0]
     first = FREE_PORT_FLOOR if low > FREE_PORT_FLOOR + 1000 else 1024
     rng = random.SystemRandom()
@@ -519,8 +518,8 @@ def _supervise(config: RunConfig, ranks: list[_Rank], coordinator,
 
 # How long the other ranks of a failed run get to end on their own before they are killed.
 # Ranks that all exit with the same error code (a script's `sys.exit(3)` on every rank) are
-# then ending anyway, running their exit hooks and flushing their files; killed at once, the
-# later ones lost what they had written (seen once in CI: an unclosed file of rank 1 empty).
+# then ending anyway, running their exit hooks and flushing their files; killed at once, a
+# later one can lose what it wrote (a file it never closed comes out empty).
 # Ranks blocked in a collective with the failed one just wait it out.
 EXIT_GRACE_S = 1.0
 
