@@ -299,9 +299,16 @@ def test_defaults_that_depend_on_other_options(tmp_path):
     assert parse_run_args(["--cluster", "h100-ib", "--nnodes", "2", str(s)]).ranks == "auto"
     assert parse_run_args(["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", str(s)]).ranks == "0,8"
     assert parse_run_args(["--cluster", "h200-ib", "--gpu", "H100", str(s)]).gpu == "H100"
-    # --power-limit is checked against the GPU the run simulates: the cluster's
+    # --power-limit and --db are checked against the GPU the run simulates: the cluster's
     with pytest.raises(UsageError, match="A100 was never measured"):
         parse_run_args(["--cluster", "a100-ib", "--power-limit", "300", str(s)])
+    from phantom.cost.db import shipped_db_path
+
+    h200_db = str(shipped_db_path("H200"))
+    assert parse_run_args(["--cluster", "h200-ib", "--db", h200_db, str(s)]).db_paths == [h200_db]
+    assert parse_run_args(["--gpu", "h200", "--db", h200_db, str(s)]).db_paths == [h200_db]
+    with pytest.raises(UsageError, match="expected 'H100'"):
+        parse_run_args(["--cluster", "h100-ib", "--db", h200_db, str(s)])
 
 
 def test_every_environment_variable_is_documented():
