@@ -16,7 +16,12 @@ from phantom.interception.compiled import EXTERN, FUSED, NEUTRAL, GraphRunner
 
 
 class RecordingSim:
+    """A simulation whose fused-code part (sim.fusion) records the generated kernels."""
     gpu = SimpleNamespace(sm_count=132, sm_clock_mhz=1980)  # an H100's
+
+    @property
+    def fusion(self) -> "RecordingSim":
+        return self
 
     def __init__(self) -> None:
         self.kernels: list[tuple[str, float]] = []

@@ -120,7 +120,7 @@ def test_ranks_run_at_their_nodes_slowest_ranks_pace(tmp_path):
     import json
     import math
 
-    from phantom.engine.host import straggler_pace
+    from phantom.host.steady import straggler_pace
     from phantom.hardware.gpus import HOST_RANK_SPREAD
 
     for spread, expected in ((None, straggler_pace(2, HOST_RANK_SPREAD)), ("0", 1.0), ("0.2", straggler_pace(2, 0.2))):
@@ -463,7 +463,7 @@ from phantom.interception.cuda_api import _sim
 dist.init_process_group("nccl")
 torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
 torch.ones(1, device="cuda")
-print(f"rank{dist.get_rank()} script_host_ms={_sim().user_host_ns / 1e6:.1f}")
+print(f"rank{dist.get_rank()} script_host_ms={_sim().host.user_host_ns / 1e6:.1f}")
 dist.destroy_process_group()
 """
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from phantom.engine.host import HostSpeedNormalizer, measure_reference, time_steps, training_step
+from phantom.host.machine import measure_reference, time_steps, training_step
+from phantom.host.speed import HostSpeedNormalizer
 from phantom.hardware import get_gpu
 
 
@@ -86,7 +87,7 @@ def test_the_pooled_slowdown_is_the_committed_flicker_runs():
 
 
 def test_calibrations_are_settled_per_kind_and_remembered(tmp_path):
-    from phantom.engine.host import DISPATCH_OVERHEAD, WAKE_PENALTY
+    from phantom.host.speed import DISPATCH_OVERHEAD, WAKE_PENALTY
 
     speed = HostSpeedNormalizer(tmp_path)
     for v in (10.0, 30.0, 20.0):
@@ -106,7 +107,7 @@ def test_a_process_that_did_not_measure_keeps_the_others_calibrations(tmp_path):
     # Every rank of a run saves the cache at each speed sample; the ranks that did not
     # measure used to write back the histories they read at start-up, dropping the measuring
     # rank's new value: a multi-rank run's calibration was never kept.
-    from phantom.engine.host import DISPATCH_OVERHEAD
+    from phantom.host.speed import DISPATCH_OVERHEAD
 
     measuring, waiting = HostSpeedNormalizer(tmp_path), HostSpeedNormalizer(tmp_path)
     measuring.settle(DISPATCH_OVERHEAD, "code", 12.0)
@@ -124,7 +125,7 @@ def test_wake_penalty_is_measured_against_a_partner_on_the_same_core(monkeypatch
     import subprocess
     import time
 
-    import phantom.engine.host as host
+    import phantom.host.machine as host
 
     if not hasattr(os, "sched_getaffinity"):
         assert host.wake_penalty_ns(time.process_time_ns, samples=5) is None  # cannot pin
@@ -151,7 +152,7 @@ def test_a_partner_that_does_not_answer_gives_no_correction(monkeypatch, partner
     import os
     import time
 
-    import phantom.engine.host as host
+    import phantom.host.machine as host
 
     if not hasattr(os, "sched_getaffinity"):
         pytest.skip("no CPU affinity control here")
@@ -164,7 +165,7 @@ def test_a_partner_that_does_not_answer_gives_no_correction(monkeypatch, partner
 
 
 def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
     sim.host.gap_scale = 1.0
@@ -186,7 +187,7 @@ def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
 
 
 def test_a_wake_up_penalty_comes_off_before_the_steady_mean():
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))  # steady gaps
     sim.host.gap_scale = 1.0
@@ -206,7 +207,7 @@ def test_a_wake_up_penalty_comes_off_before_the_steady_mean():
 
 
 def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
     from phantom.distributed.comm import RankComm
     from phantom.distributed.wire import Request, Result
 
@@ -228,7 +229,7 @@ def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
 
 
 def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
     calls = []
@@ -237,13 +238,13 @@ def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
     assert calls == [1]
     monkeypatch.setenv("PHANTOM_NO_REWARM", "1")
     off = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
-    off.warm_dispatch_paths = lambda: calls.append(2)
-    off.woke_up()
-    assert calls == [1] and off.host_gaps()["rewarm_after_wake"] is False
+    off.host.warm_dispatch_paths = lambda: calls.append(2)
+    off.host.woke_up()
+    assert calls == [1] and off.host.summary()["rewarm_after_wake"] is False
 
 
 def test_a_failing_warm_up_is_reported_once_and_turned_off(capsys):
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
     calls = []
@@ -312,12 +313,12 @@ def test_report_says_how_fast_this_host_was_taken_to_be(run_script):
 
 
 def test_speed_factor_is_the_best_over_the_mean_of_recent_probes(tmp_path, monkeypatch):
-    import phantom.engine.host as host
+    import phantom.host.speed as host
 
     times = iter([100, 100, 100, 100,  # warm-up, then the first sample (min of 3)
                   200, 200, 200,       # a slow spell
                   100, 100, 100])      # fast again
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: next(times))
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: next(times))
     monkeypatch.setenv("PHANTOM_PROBE_STRENGTH", "1.0")  # the probe's correction in full
     speed = host.HostSpeedNormalizer(None)
     assert speed.factor == 1.0
@@ -326,17 +327,17 @@ def test_speed_factor_is_the_best_over_the_mean_of_recent_probes(tmp_path, monke
 
 
 def test_the_probe_swing_is_damped_towards_the_machines_usual_speed(tmp_path, monkeypatch):
-    import phantom.engine.host as host
+    import phantom.host.speed as host
 
     monkeypatch.setattr(host, "PROBE_STRENGTH", 0.5)
     monkeypatch.delenv("PHANTOM_PROBE_STRENGTH", raising=False)
     monkeypatch.delenv("TORCHELASTIC_RUN_ID", raising=False)
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 150)
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: 150)
     usual = host.HostSpeedNormalizer(tmp_path)  # a first run: its own median is the usual
     assert usual.usual_ns() == 150 and usual.factor == pytest.approx(usual.best_ns / 150)
 
     times = iter([100] * 4 + [300] * 3)  # a run that starts fast, then a slow spell
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: next(times))
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: next(times))
     speed = host.HostSpeedNormalizer(tmp_path)
     assert speed.best_ns == 100 and speed.usual_ns() == pytest.approx(125)  # runs' median
     slow = speed.sample_now()
@@ -346,17 +347,17 @@ def test_the_probe_swing_is_damped_towards_the_machines_usual_speed(tmp_path, mo
 
 
 def test_the_usual_speed_is_that_of_lone_runs_kept_across_runs(tmp_path, monkeypatch):
-    import phantom.engine.host as host
+    import phantom.host.speed as host
 
     monkeypatch.delenv("PHANTOM_PROBE_STRENGTH", raising=False)
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 200)
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: 200)
     host.HostSpeedNormalizer(tmp_path)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "phantom-123")  # a rank of a multi-process run
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 900)
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: 900)
     rank = host.HostSpeedNormalizer(tmp_path)
     assert rank.strength == 1.0 and rank.factor == pytest.approx(rank.best_ns / 900)  # in full
     monkeypatch.delenv("TORCHELASTIC_RUN_ID")
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 100)
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: 100)
     later = host.HostSpeedNormalizer(tmp_path)
     assert later.strength == host.PROBE_STRENGTH
     (cache,) = tmp_path.glob("host-probe-*.json")
@@ -426,10 +427,10 @@ def test_a_host_bound_run_calibrated_beside_busy_processes_is_flagged():
 
 
 def test_variation_summarises_the_probe_samples(monkeypatch):
-    import phantom.engine.host as host
+    import phantom.host.speed as host
 
     times = iter([100, 100, 100, 100, 250, 250, 250, 110, 110, 110])
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: next(times))
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: next(times))
     speed = host.HostSpeedNormalizer(None)
     speed.sample()
     speed.sample()
@@ -441,7 +442,7 @@ def test_variation_summarises_the_probe_samples(monkeypatch):
 def test_garbage_collection_is_not_charged_as_host_time(run_script):
     # A full collection over a large heap takes real time here (time.monotonic stays real);
     # under phantom most of such a heap is the simulation's own objects, so the simulated
-    # clock (time.perf_counter) must not move with it (Simulation.on_gc).
+    # clock (time.perf_counter) must not move with it (HostAccount.on_gc).
     text = """
         import gc, time
         import torch
@@ -463,7 +464,7 @@ def test_garbage_collection_is_not_charged_as_host_time(run_script):
 
 
 def test_steady_gaps_charge_the_mean_of_the_same_point_of_earlier_iterations():
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
 
     gaps = SteadyGaps()
     gaps.new_iteration()  # the first iteration (set-up included) is not remembered
@@ -486,7 +487,7 @@ def test_steady_gaps_do_not_remember_the_first_iteration():
     # The first iteration runs from the script's start: its n-th mm may follow set-up work
     # (a model moved to the device, a framework's first calls) where later ones follow the
     # loop's own work, only a few times shorter.
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
 
     gaps = SteadyGaps()
     gaps.typical("mm", 400_000.0)  # after set-up
@@ -497,7 +498,7 @@ def test_steady_gaps_do_not_remember_the_first_iteration():
 
 
 def test_steady_gaps_charge_new_work_at_a_site_as_measured():
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
 
     gaps = SteadyGaps()
     gaps.new_iteration()  # the first iteration (set-up included) is not remembered
@@ -514,7 +515,7 @@ def test_steady_gaps_charge_new_work_at_a_site_as_measured():
 
 
 def test_steady_gaps_forget_one_off_work_of_earlier_iterations():
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
 
     gaps = SteadyGaps()
     gaps.new_iteration()  # the first iteration (set-up included) is not remembered
@@ -530,7 +531,7 @@ def test_steady_gaps_forget_one_off_work_of_earlier_iterations():
 def test_steady_gaps_restart_a_site_far_above_twice_running():
     # The calls counted before the first iteration mark include set-up: a site can start
     # with a sighting that is not its usual work. Two sightings far above in a row restart it.
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
 
     gaps = SteadyGaps()
     gaps.new_iteration()  # the first iteration (set-up included) is not remembered
@@ -548,7 +549,7 @@ def test_steady_gaps_charge_another_ranks_means_when_shared():
     # Ranks doing the same work charge what one of them measured: each site of the coming
     # iteration, by name, from the other's means(); this rank's own sightings still tell new
     # work apart, and count for its own means once it stops sharing.
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
 
     leader, other = SteadyGaps(), SteadyGaps()
     leader.new_iteration(), other.new_iteration()  # first iterations: not remembered
@@ -606,7 +607,7 @@ def test_steady_gaps_keep_host_work_of_one_iteration(run_script):
 def test_straggler_pace_is_the_slowest_of_the_world():
     import math
 
-    from phantom.engine.host import expected_max_normal, straggler_pace
+    from phantom.host.steady import expected_max_normal, straggler_pace
 
     assert expected_max_normal(1) == 0.0
     assert expected_max_normal(2) == pytest.approx(1 / math.sqrt(math.pi), rel=1e-4)
@@ -636,7 +637,8 @@ def test_the_rank_spread_is_the_committed_real_runs():
 
 
 def test_a_code_versions_first_runs_are_known_as_such(tmp_path):
-    from phantom.engine.host import DISPATCH_OVERHEAD, FIRST_RUNS, WAKE_PENALTY
+    from phantom.host.calibration import FIRST_RUNS
+    from phantom.host.speed import DISPATCH_OVERHEAD, WAKE_PENALTY
 
     speed = HostSpeedNormalizer(tmp_path)
     assert speed.known(DISPATCH_OVERHEAD, "code") == 0
@@ -650,7 +652,7 @@ def test_list_tensors_are_charged_at_the_nodes_cost_not_as_measured():
     """A foreach op's list tensors each cross into Python here: that share of the gap is taken
     off (the calibration's per-tensor cost) and the node's per-tensor cost charged instead, for
     the op's list arguments and for the list it returns (in the next gap)."""
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
     sim.host.gap_scale = 1.0
@@ -677,12 +679,13 @@ def test_list_tensors_are_charged_at_the_nodes_cost_not_as_measured():
 def test_the_calibrations_fake_block_starts_its_own_gap():
     """What runs between two pairs of the dispatch-overhead calibration (the real block, the
     caller's speed probe) is not the fake block's first gap: it put ~2.3 us on every entry."""
-    from phantom.context import SimOptions, Simulation
+    from phantom.host import calibration
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
     now = [0]
     sim.host.clock = lambda: now[0]
-    sim.measure_raw_gaps()
+    calibration.measure_raw_gaps(sim.host)
 
     def fake_step():  # one handler entry after 2 us of the script's time
         now[0] += 2_000
@@ -692,7 +695,7 @@ def test_the_calibrations_fake_block_starts_its_own_gap():
     def real_step():
         now[0] += 1_000
 
-    pairs = sim.paired_blocks(fake_step, real_step, pairs=3, steps=4)
+    pairs = calibration.paired_blocks(sim.host, fake_step, real_step, pairs=3, steps=4)
     for fake_ns, real_ns, entries in pairs:
         assert (fake_ns, real_ns, entries) == (8_000, 4_000, 4)
         now[0] += 1_000_000  # a speed probe between pairs
@@ -719,7 +722,7 @@ def test_a_freed_storage_costs_the_nodes_allocator_not_the_finalizer():
     """A fake storage's finalizer reaching Python costs the gap it dies in time a GPU host does
     not spend: that (measured at start-up) comes off, and the node's malloc-and-free is charged
     instead, once per storage, in the gap the storage died in only."""
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
     sim.host.gap_scale = 1.0
@@ -747,7 +750,7 @@ def test_a_runtime_call_charges_the_nodes_cost_not_the_simulations():
     script's gap where it is entered; what the simulation does to answer it, calls nested in
     it included, is not the script's time, and the node's cost of the outermost call is
     charged instead, once, with the calibrated way in and out taken off the gap."""
-    from phantom.context import SimOptions, Simulation
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
     sim.host.gap_scale = 1.0
@@ -776,21 +779,22 @@ def test_the_calibration_measures_this_machine_not_the_ranks_pace():
     """A multi-GPU run's pace (its slowest rank's) multiplies the charged gaps; the calibration
     measures this machine's raw gaps, so it must not see it (it did: every overhead taken off
     came out `pace` times too large, and the gaps it was taken from were multiplied again)."""
-    from phantom.context import SimOptions, Simulation
+    from phantom.host import calibration
+    from phantom.sim import SimOptions, Simulation
 
     sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
     sim.host.set_world(8)
     assert sim.host.rank_pace > 1.05
     now = [0]
     sim.host.clock = lambda: now[0]
-    sim.measure_raw_gaps()
+    calibration.measure_raw_gaps(sim.host)
 
     def fake_step():
         now[0] += 2_000
         sim.host.begin_op("op", dispatched=True)
         sim.host.end_op()
 
-    for fake_ns, _, entries in sim.paired_blocks(fake_step, lambda: None, pairs=2, steps=4):
+    for fake_ns, _, entries in calibration.paired_blocks(sim.host, fake_step, lambda: None, pairs=2, steps=4):
         assert fake_ns / entries == pytest.approx(2_000)
 
 
@@ -824,12 +828,11 @@ def test_runtime_calls_cost_what_they_cost_the_node(run_script):
 
 def test_a_full_history_is_charged_without_measuring_in_most_runs(tmp_path, monkeypatch):
     """Once a code version has HISTORY calibrations here, most runs charge their median instead
-    of measuring again (Simulation._recent_calibration); one in REMEASURE_EVERY measures."""
+    of measuring again (host.calibration._recent_calibration); one in REMEASURE_EVERY measures."""
     import types
 
-    from phantom import context
-    from phantom.engine.host import (API_CALL, DISPATCH_OVERHEAD, HISTORY, LIST_INPUT,
-                                     LIST_OUTPUT, RELEASE)
+    from phantom.host import calibration
+    from phantom.host.speed import API_CALL, DISPATCH_OVERHEAD, HISTORY, LIST_INPUT, LIST_OUTPUT, RELEASE
 
     speed = HostSpeedNormalizer(tmp_path)
     for kind in (DISPATCH_OVERHEAD, LIST_INPUT, LIST_OUTPUT, RELEASE, API_CALL):
@@ -838,24 +841,24 @@ def test_a_full_history_is_charged_without_measuring_in_most_runs(tmp_path, monk
         assert speed.recent(kind, "code") is None  # not full yet: measure
         speed.settle(kind, "code", 5000.0)
     assert speed.recent(DISPATCH_OVERHEAD, "code") == 1007.0  # the median of the last HISTORY
-    sim = types.SimpleNamespace(_speed=HostSpeedNormalizer(tmp_path), host_speed=2.0,
-                                host_step_ns_here=400_000.0, _sample_host_speed=lambda: None)
-    recent = context.Simulation._recent_calibration
+    account = types.SimpleNamespace(speed=HostSpeedNormalizer(tmp_path), host_speed=2.0,
+                                    host_step_ns_here=400_000.0, sample_speed=lambda: None)
+    recent = calibration._recent_calibration
 
-    monkeypatch.setattr(context, "_remeasure_draw", lambda: 0.99)
-    charged = recent(sim, "code", blocking=False)
+    monkeypatch.setattr(calibration, "_remeasure_draw", lambda: 0.99)
+    charged = recent(account, "code", blocking=False)
     assert charged["dispatch_overhead_ns"] == 2014.0  # at the node: x host speed
     assert charged["list_overhead_ns"] == (2014.0, 2014.0) and charged["wake_penalty_ns"] == 0.0
-    assert recent(sim, "code", blocking=True) is None  # no wake-up history yet: measure
-    assert recent(sim, "other code", blocking=False) is None
-    monkeypatch.setattr(context, "_remeasure_draw", lambda: 0.0)  # this run's turn to measure
-    assert recent(sim, "code", blocking=False) is None
+    assert recent(account, "code", blocking=True) is None  # no wake-up history yet: measure
+    assert recent(account, "other code", blocking=False) is None
+    monkeypatch.setattr(calibration, "_remeasure_draw", lambda: 0.0)  # this run's turn to measure
+    assert recent(account, "code", blocking=False) is None
 
 
 def test_contention_is_other_runnable_tasks_on_half_the_cpus(monkeypatch):
     import os
 
-    from phantom.engine import host
+    from phantom.host import machine as host
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     assert not host.cpu_contended(others=0)
@@ -869,7 +872,7 @@ def test_runnable_tasks_are_read_from_proc_loadavg(monkeypatch):
     import builtins
     from pathlib import Path
 
-    from phantom.engine import host
+    from phantom.host import machine as host
 
     if Path("/proc/loadavg").exists():
         assert host.other_runnable_tasks(samples=3, interval_s=0.0) >= 0
@@ -893,7 +896,8 @@ def test_a_calibration_beside_busy_processes_keeps_its_own_history(run_script, t
     import subprocess
     import sys
 
-    from phantom.engine.host import CONTENDED_SUFFIX, DISPATCH_OVERHEAD, PACED_SUFFIX, code_fingerprint
+    from phantom.host.calibration import CONTENDED_SUFFIX, PACED_SUFFIX
+    from phantom.host.speed import DISPATCH_OVERHEAD, code_fingerprint
     from phantom.native.build import library_path
 
     cache = tmp_path / "cache"

@@ -1,4 +1,4 @@
-"""The pace process (engine.pace) and the speed factor it sets (engine.host)."""
+"""The pace process (host.pace) and the speed factor it sets (host.speed)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-import phantom.engine.host as host
-import phantom.engine.pace as pace
+import phantom.host.speed as host
+import phantom.host.pace as pace
 
 
 def test_a_reading_is_the_fastest_block_of_steps():
@@ -91,7 +91,7 @@ def test_auto_starts_the_pace_process_where_it_has_a_core_of_its_own(cpus, run, 
 
 
 def _speed(monkeypatch, readings, probe=100):
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: probe)
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: probe)
     monkeypatch.setenv("PHANTOM_PROBE_STRENGTH", "1.0")
     it = iter(readings)
     return host.HostSpeedNormalizer(None, pace=lambda: next(it))
@@ -112,7 +112,7 @@ def test_the_pace_sets_the_factor_against_the_best_reference_step(monkeypatch):
 
 
 def test_without_a_pace_process_the_probe_alone_sets_the_factor(monkeypatch):
-    monkeypatch.setattr(host, "_probe_ns", lambda clock=None: 100)
+    monkeypatch.setattr(host, "probe_ns", lambda clock=None: 100)
     speed = host.HostSpeedNormalizer(None)
     speed.record_step(400.0)
     speed.sample()

@@ -230,7 +230,7 @@ class Coordinator:
         """The run's host calibration: one rank measures it ("measure") once every running
         rank has asked for it, and the others wait for its value (`value` is it, when the
         measuring rank posts it). The others wait idle meanwhile: measured while a peer is
-        still starting up on the same cores, it comes out ~30% low (engine.host.CONTENDED_SUFFIX)."""
+        still starting up on the same cores, it comes out ~30% low (host.calibration.CONTENDED_SUFFIX)."""
         if value is not None:
             self._calibration = value
             self._calibrating = None

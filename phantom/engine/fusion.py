@@ -7,7 +7,7 @@ functions (bias + SwiGLU and its hand-written backward, bias + GeLU, bias-dropou
 as one kernel (`triton_poi_fused_add_cat_mul_rsub_sigmoid_silu_split_0` in a real Mixtral step's
 profile). phantom has no Inductor: the function runs eagerly on fake tensors, and this class adds
 up what its ops read from outside and write back, so the simulation can charge one memory-bound
-kernel for them (`Simulation.begin_fused_region`). GEMMs, attention and collectives inside the
+kernel for them (`sim.fusion.Fusion.begin_region`). GEMMs, attention and collectives inside the
 function stay separate kernels (Inductor calls cuBLAS and friends for them too) and split the
 pointwise chain around them.
 """

@@ -43,7 +43,7 @@ def training_step(device: str, batch: int = 16, width: int = 64) -> Callable[[],
     tensors at the default 16x64 it is the reference step (`reference_step_ns`), which measures
     how fast a machine runs PyTorch's Python and C++ host path (the GPU presets' `host_step_ns`
     were timed at that shape: keep it); phantom also runs it on fake CUDA tensors, against the
-    CPU one, to measure its own dispatch overhead (Simulation._measure_host_calibration, at
+    CPU one, to measure its own dispatch overhead (calibration._measure, at
     CALIBRATION_SHAPE)."""
     import torch
     import torch.nn.functional as F

@@ -59,10 +59,10 @@ HISTORY = 15
 KEPT_VERSIONS = 4  # code versions whose histories the cache keeps (the most recent)
 DISPATCH_OVERHEAD = "dispatch_overhead_ns"
 WAKE_PENALTY = "wake_penalty_ns"
-LIST_INPUT = "list_input_ns"  # per tensor of a list argument (Simulation._measure_list_costs)
+LIST_INPUT = "list_input_ns"  # per tensor of a list argument (calibration._measure_list_costs)
 LIST_OUTPUT = "list_output_ns"  # per tensor of a returned list
-RELEASE = "release_ns"  # per storage freed (Simulation._measure_release_cost)
-API_CALL = "api_call_ns"  # per simulated runtime call (Simulation._measure_api_overhead)
+RELEASE = "release_ns"  # per storage freed (calibration._measure_release_cost)
+API_CALL = "api_call_ns"  # per simulated runtime call (calibration._measure_api_overhead)
 _HISTORY_KEYS = (DISPATCH_OVERHEAD, WAKE_PENALTY, LIST_INPUT, LIST_OUTPUT, RELEASE, API_CALL)
 
 

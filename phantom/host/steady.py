@@ -30,7 +30,7 @@ def straggler_pace(ranks: int, spread: float) -> float:
     rank; the pace puts the slowest one's back. Every rank runs at it, in lockstep: which
     rank is the slow one is not predictable, and a `--ranks auto` process stands for many.
     The spread was measured among the ranks of one host (two); ranks on other hosts are left
-    out (`Simulation.set_world`): how far apart separate hosts run was not measured, and the
+    out (`HostAccount.set_world`): how far apart separate hosts run was not measured, and the
     order statistics of many lognormal draws would be an extrapolation."""
     return math.exp(spread * expected_max_normal(ranks)) if ranks > 1 and spread > 0 else 1.0
 

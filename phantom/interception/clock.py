@@ -33,7 +33,7 @@ REAL_TIME_NS = time.time_ns
 REAL_SLEEP = time.sleep
 # A clock read on the node: `time.perf_counter()` in a loop on the lent H200 hosts, 0.06 us
 # (bench/host_cuda_api.py, bench/data/session21/device_cuda_api*/). Under phantom the patched
-# clock's own Python path is phantom's time, not the script's (Simulation.api_enter).
+# clock's own Python path is phantom's time, not the script's (HostAccount.api_enter).
 CLOCK_READ_NS = 60.0
 
 _MAIN_THREAD = threading.main_thread().ident

@@ -497,7 +497,7 @@ class CudaGraphTree:
     costs the host the trees' bookkeeping and one graph launch, not a launch per kernel; inputs
     that are not static (parameters, or outputs of a graph of the same tree) are first copied
     into the graph's own buffers; its outputs live in the graph's memory pool. Here a replay
-    runs the graph's ops for their outputs only (`Simulation.shadow_run`), then replays the
+    runs the graph's ops for their outputs only (`Graphs.shadow_run`), then replays the
     kernels captured on the second call (engine/graphs.py)."""
 
     def __init__(self, run: Callable[[list], Any], sim: "Simulation", pool: int,

@@ -37,7 +37,7 @@ SIMULATED_NCCL_VERSION = (2, 28, 9)  # what torch 2.11 (CUDA 13) loads on the me
 # only). Its `stream_wait_stream` case also queries the current stream, and its `set_stream`
 # case the default stream: those are taken off here. Under phantom each call is a Python
 # function of the simulation whose own time is phantom's, not the script's: it is left out
-# (Simulation.api_enter) and these are charged instead, as the node's launch cost is for a
+# (HostAccount.api_enter) and these are charged instead, as the node's launch cost is for a
 # kernel. The waits of the syncs come from the simulated GPU on top.
 NODE_HOST_NS = {
     "current_stream": 4_280.0,

@@ -116,7 +116,7 @@ def _touches_cuda(args: tuple, kwargs: dict) -> bool:
 
 def _list_tensors(args: tuple) -> int:
     """Tensors in the op's list arguments (foreach ops, fused optimizers, cat): each crossed
-    into Python on its way here, a cost per tensor (Simulation.begin_op)."""
+    into Python on its way here, a cost per tensor (HostAccount.begin_op)."""
     n = 0
     for a in args:
         if type(a) is list and a and isinstance(a[0], torch.Tensor):
@@ -259,7 +259,7 @@ class PhantomMode(FakeTensorMode):
         dispatcher, the Python dispatch and FakeTensorMode), recording nothing: no kernel, no
         memory, no host time.
 
-        Called after each coordinator round trip (Simulation.woke_up). While a rank waits
+        Called after each coordinator round trip (HostAccount.woke_up). While a rank waits
         there, the coordinator and the other ranks run on its core and evict its caches, so
         the script's next ops reached this handler slowly, and that path is in the gap charged
         to the script: a LayerNorm-Linear-GELU-add block charged ~70 us alone was charged

@@ -429,7 +429,7 @@ def _quiet_fake_data_ptr_warning() -> None:
     code", fake_tensor.py's FakeTensor.__new__, the one caller of this torch._C function):
     for a program traced by torch.compile that is true, for a script under phantom it is not.
     Its data pointers are the simulated addresses of the allocator model
-    (Simulation._place), and the frameworks that read them (FSDP, accelerate, DeepSpeed)
+    (sim.storage.Storage._place), and the frameworks that read them (FSDP, accelerate, DeepSpeed)
     print nothing of the sort on a GPU. Not marking the storage, rather than filtering the
     warning, keeps a script's own `warnings.simplefilter("error")` from turning it into an
     exception."""

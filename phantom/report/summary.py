@@ -230,7 +230,7 @@ TORCH_PATH_SLOW = 1.4
 
 def _host_caution(report: dict[str, Any]) -> str | None:
     """A warning when the result rests on host time calibrated beside other busy processes, or,
-    without the pace process's readings (engine/pace.py: a run not started by the launcher),
+    without the pace process's readings (host/pace.py: a run not started by the launcher),
     measured while this machine kept changing speed or ran PyTorch's own code far below its
     best: host-bound steps then move between runs by tens of percent."""
     sim = report["simulation"]
@@ -247,7 +247,7 @@ def _host_caution(report: dict[str, Any]) -> str | None:
                 "busy, which biases what phantom takes off each op's host time; run host-bound "
                 "simulations alone" + tail)
     if variation and variation.get("pace_samples"):
-        return None  # converted by the pace process's reading of this machine (engine/pace.py)
+        return None  # converted by the pace process's reading of this machine (host/pace.py)
     if variation and variation["slow_share"] >= 0.1:
         return (head + f"this machine ran up to {variation['max_slowdown']:.1f}x slower than its best "
                 f"in {100 * variation['slow_share']:.0f}% of speed samples" + tail)
