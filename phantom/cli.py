@@ -1,6 +1,6 @@
 """The `phantom` command: `phantom run` and its siblings (USAGE lists them).
 
-`phantom run`'s options are declared once, as fields of RunConfig (phantom/launcher/config.py);
+`phantom run`'s options are declared once, as fields of RunConfig (phantom/config.py);
 this module builds the parser from them, checks their values and resolves the defaults that
 depend on other options (`resolve_defaults`).
 """
@@ -14,7 +14,7 @@ import sys
 
 from phantom.hardware.gpus import UnknownGPUError, get_gpu, list_gpus
 from phantom.launcher import RunConfig, launch
-from phantom.launcher.config import (AUTO_RANKS_ABOVE, add_options, default_text, field_docs,
+from phantom.config import (AUTO_RANKS_ABOVE, add_options, default_text, field_docs,
                                      flag_of, option_fields, options_with_value)
 
 

@@ -21,6 +21,9 @@ import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 
 ENV_VAR = "PHANTOM_RUN_CONFIG"
+# `phantom deepspeed` sets it for its ranks (launcher/deepspeed_cli.py); the DeepSpeed adapter
+# (adapters/deepspeed.py) then appends --local_rank to the script's argv, as DeepSpeed's launcher does.
+LOCAL_RANK_ARG_ENV = "PHANTOM_DEEPSPEED_LOCAL_RANK_ARG"
 # Above this many ranks, `phantom run` runs one process per class of equivalent ranks.
 AUTO_RANKS_ABOVE = 8
 HOST_PACES = ("auto", "probe", "process")

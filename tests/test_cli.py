@@ -253,7 +253,7 @@ def test_the_docs_option_table_is_the_generated_one():
     from phantom.cli import options_markdown
 
     doc = (REPO / "docs" / "configuration.md").read_text()
-    start = doc.index("\n", doc.index("<!-- Generated from phantom/launcher/config.py")) + 1
+    start = doc.index("\n", doc.index("<!-- Generated from phantom/config.py")) + 1
     committed = doc[start:doc.index("<!-- end of generated table -->")]
     assert committed == options_markdown(), (
         "docs/configuration.md's option table is stale: regenerate it with the command in the "
@@ -262,7 +262,7 @@ def test_the_docs_option_table_is_the_generated_one():
 
 def test_options_with_a_value_are_read_from_the_parser():
     from phantom.cli import RUN_OPTIONS_WITH_VALUE
-    from phantom.launcher.config import option_fields
+    from phantom.config import option_fields
 
     flags = {f.metadata["flag"]: f for f in option_fields()}
     assert RUN_OPTIONS_WITH_VALUE == {flag for flag, f in flags.items() if f.type != "bool"}
@@ -275,7 +275,7 @@ def test_no_options_give_the_config_defaults(tmp_path, monkeypatch):
     options whose default depends on others resolve to the same values on one GPU."""
     from dataclasses import replace
 
-    from phantom.launcher.config import RunConfig
+    from phantom.config import RunConfig
 
     monkeypatch.delenv("PHANTOM_HOST_PACE", raising=False)
     s = tmp_path / "s.py"

@@ -337,7 +337,8 @@ def test_script_started_without_ranks_is_told_how_to_launch(run_script):
 
 def test_launcher_args_map_to_phantom_run(tmp_path):
     from phantom.cli import RUN_OPTIONS_WITH_VALUE
-    from phantom.launcher.deepspeed_cli import LOCAL_RANK_ARG_ENV, LauncherArgsError, to_run_args
+    from phantom.config import LOCAL_RANK_ARG_ENV
+    from phantom.launcher.deepspeed_cli import LauncherArgsError, to_run_args
 
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("node-a slots=8  # first\nnode-b slots=8\n\nnode-c slots=8\n")

@@ -83,7 +83,7 @@ def test_the_launcher_names_the_pace_file_to_its_ranks_only_while_running(monkey
     (64, dict(host_pace="probe"), "probe"),
 ])
 def test_auto_starts_the_pace_process_where_it_has_a_core_of_its_own(cpus, run, expected):
-    from phantom.launcher.config import RunConfig
+    from phantom.config import RunConfig
     from phantom.launcher.launch import pace_mode
 
     assert RunConfig().host_pace == "auto"  # the default

@@ -36,8 +36,9 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 
 from phantom.adapters.multi_tensor import StepCounters, multi_tensor_adam, multi_tensor_lion
-from phantom.interception.cuda_api import extension_kernel, node_call
+from phantom.config import LOCAL_RANK_ARG_ENV
 from phantom.errors import SimulationError
+from phantom.interception.cuda_api import extension_kernel, node_call
 
 # DeepSpeed op name (OpBuilder.NAME) -> factory of the simulated extension module.
 SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module", "fused_lion": "fused_lion_module",
@@ -191,8 +192,6 @@ def patch_package(module: ModuleType) -> None:
     place, when the script imports deepspeed (scripts import it before parsing arguments).
     Off with the launcher's --no_local_rank, and under plain `phantom run` (torchrun's
     behaviour)."""
-    from phantom.launcher.deepspeed_cli import LOCAL_RANK_ARG_ENV
-
     if os.environ.get(LOCAL_RANK_ARG_ENV) != "1" or "LOCAL_RANK" not in os.environ:
         return
     if any(a.startswith("--local_rank") for a in sys.argv[1:]):

@@ -27,7 +27,7 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work
 from torch._subclasses.fake_tensor import FakeTensor
 
 from phantom.distributed.comm import Completed, GroupInfo, Op
-from phantom.interception.data_reads import HINT_ATTR, set_shadow, shadow_of
+from phantom.sim.values import HINT_ATTR, set_shadow, shadow_of
 from phantom.distributed.wire import pack_tensor, unpack_tensor
 
 if TYPE_CHECKING:

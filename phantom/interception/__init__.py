@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def install(sim: "Simulation"):
     """Install every interception layer and enter the fake mode; returns the mode."""
-    from phantom.interception import attention, clock, cuda_api, data_reads, patches, serialization
+    from phantom.interception import attention, clock, cuda_api, patches, serialization
     from phantom.interception.mode import PhantomMode, disable_fake_tensor_torch_function
 
     # Constructing the mode imports torch._dynamo, which builds a map of torch's functions
@@ -24,11 +24,8 @@ def install(sim: "Simulation"):
     cuda_api.install(sim)
     patches.install(sim)
     serialization.install()
-    data_reads.install_hint_sources()
+    patches.install_hint_sources()
     attention.install()
-    from phantom import adapters
-
-    adapters.install()
     disable_fake_tensor_torch_function()
     mode.__enter__()
     sim.host.warm_dispatch_paths = mode.warm_dispatch_paths

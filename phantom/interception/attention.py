@@ -133,11 +133,11 @@ class _KnownValues(TorchDispatchMode):
     tensor without them ends the evaluation."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        from phantom.interception import data_reads
+        from phantom.sim import values
 
         def real(x: Any) -> Any:
             if isinstance(x, FakeTensor):
-                shadow = data_reads.shadow_of(x)
+                shadow = values.shadow_of(x)
                 if shadow is None:
                     raise _UnknownValues(func)
                 return shadow

@@ -581,17 +581,16 @@ def _fetch_attr(gm: torch.fx.GraphModule, target: str) -> Any:
 # stays traceable.
 _INTERNALS = ("sim", "host", "engine", "cost", "memory", "distributed", "network", "report",
               "launcher", "hardware", "native", "interception/mode.py", "interception/cuda_api.py",
-              "interception/patches.py", "interception/clock.py", "interception/data_reads.py",
+              "interception/patches.py", "interception/clock.py",
               "interception/compiled.py")
 
 
 def hide_internals_from_dynamo() -> None:
     import os
 
-    import phantom
     from torch._dynamo import trace_rules
 
-    root = os.path.dirname(os.path.abspath(phantom.__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the phantom package
     trace_rules.SKIP_DIRS.extend(os.path.join(root, part) for part in _INTERNALS)
     trace_rules._recompile_re()
 

@@ -6,7 +6,7 @@
 - everything that touches CUDA runs through FakeTensorMode (shapes, dtypes, strides, no
   memory) and is handed to the simulation, which charges its GPU time and memory;
 - reads of CUDA values (`.item()`, `.cpu()`, D2H `copy_`) return placeholders after a
-  simulated sync (see data_reads.py).
+  simulated sync (see sim/values.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from torch._subclasses.fake_tensor import (
 )
 
 from phantom.errors import SimulationError
-from phantom.interception import data_reads
+from phantom.sim import values
 
 if TYPE_CHECKING:
     from phantom.sim import Simulation
@@ -287,14 +287,14 @@ class PhantomMode(FakeTensorMode):
         except UnsupportedOperatorException as e:
             raise SimulationError(
                 f"phantom: {func} has no shape-only (fake) implementation, so it cannot be "
-                f"simulated. Called from\n  {data_reads.user_frame_summary()}\n"
+                f"simulated. Called from\n  {values.user_frame_summary()}\n"
                 f"To continue, register one with torch.library.register_fake('{func.name()}') "
                 "before the call, or avoid the op; please report it."
             ) from e
         except DynamicOutputShapeException as e:
             raise SimulationError(
                 f"phantom: {func} has an output shape that depends on tensor values, which a "
-                f"simulation does not have. Called from\n  {data_reads.user_frame_summary()}\n"
+                f"simulation does not have. Called from\n  {values.user_frame_summary()}\n"
                 "See README, 'Data-dependent reads', for the supported patterns."
             ) from e
 
@@ -302,7 +302,7 @@ class PhantomMode(FakeTensorMode):
     def _maybe_data_read(self, func, args, kwargs):
         if func is aten._local_scalar_dense.default:
             self.sim.transfers.device_to_host(args[0], blocking=True, what=".item()")
-            return data_reads.placeholder_scalar(args[0])
+            return values.placeholder_scalar(args[0])
         if func is aten._to_copy.default and isinstance(args[0], FakeTensor) \
                 and _wants_cpu(kwargs.get("device")) and args[0].device.type == "cuda":
             src = args[0]
@@ -311,7 +311,7 @@ class PhantomMode(FakeTensorMode):
             non_blocking = bool(kwargs.get("non_blocking", False))
             self.sim.transfers.device_to_host(src, blocking=not non_blocking, pinned=non_blocking,
                                   what="a device-to-host copy (.cpu() / .to('cpu'))")
-            return data_reads.placeholder_cpu_tensor(src, kwargs.get("dtype"), pinned=non_blocking)
+            return values.placeholder_cpu_tensor(src, kwargs.get("dtype"), pinned=non_blocking)
         if func is aten.copy_.default and not isinstance(args[0], FakeTensor) \
                 and isinstance(args[1], FakeTensor) and args[1].device.type == "cuda":
             dst, src = args[0], args[1]
@@ -320,11 +320,11 @@ class PhantomMode(FakeTensorMode):
             self.sim.transfers.device_to_host(src, blocking=not (len(args) > 2 and args[2] and pinned),
                                   pinned=pinned, what="a device-to-host copy_()")
             with torch._subclasses.fake_tensor.unset_fake_temporarily():
-                shadow = data_reads.shadow_of(src)
+                shadow = values.shadow_of(src)
                 if shadow is not None and shadow.numel() == dst.numel():
                     dst.copy_(shadow.reshape(dst.shape))
                 else:
-                    dst.fill_(data_reads.placeholder_scalar(src))
+                    dst.fill_(values.placeholder_scalar(src))
             return dst
         return _NOT_A_READ
 

@@ -6,7 +6,6 @@ they fix places where torch's own code assumes a real device.
 from __future__ import annotations
 
 import functools
-import sys
 import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ import torch
 import torch.utils
 
 from phantom.interception import compiled
+from phantom.sim.values import HINT_ATTR
 
 if TYPE_CHECKING:
     from phantom.sim import Simulation
@@ -434,6 +434,33 @@ def _quiet_fake_data_ptr_warning() -> None:
     warning, keeps a script's own `warnings.simplefilter("error")` from turning it into an
     exception."""
     torch._C._set_warn_deprecated_on_mutable_data_ptr = lambda tensor: None
+
+
+
+# Finiteness checks and their healthy answers. Several of them decompose into generic
+# comparisons before reaching the dispatcher (isnan is `x != x`), so they are wrapped at
+# the torch-function level by `install_hint_sources`.
+_HEALTHY_CHECKS = {"isfinite": True, "isnan": False, "isinf": False, "isposinf": False,
+                   "isneginf": False}
+
+
+def _with_healthy_hint(fn: Any, healthy: bool) -> Any:
+    def check(*args: Any, **kwargs: Any) -> Any:
+        out = fn(*args, **kwargs)
+        if isinstance(out, torch.Tensor) and out.device.type == "cuda":
+            setattr(out, HINT_ATTR, healthy)
+        return out
+
+    check.__name__ = getattr(fn, "__name__", "check")
+    check.__doc__ = getattr(fn, "__doc__", None)
+    return check
+
+
+def install_hint_sources() -> None:
+    """torch's finiteness checks mark their outputs with the healthy answer (sim.values)."""
+    for name, healthy in _HEALTHY_CHECKS.items():
+        setattr(torch, name, _with_healthy_hint(getattr(torch, name), healthy))
+        setattr(torch.Tensor, name, _with_healthy_hint(getattr(torch.Tensor, name), healthy))
 
 
 def install(sim: "Simulation") -> None:

@@ -5,7 +5,7 @@
 loads the fake CUDA library before torch, installs the simulation, and runs the script as
 `__main__` with the user's argv, cwd and exit code.
 """
-from phantom.launcher.config import RunConfig
+from phantom.config import RunConfig
 from phantom.launcher.launch import launch
 
 __all__ = ["RunConfig", "launch"]

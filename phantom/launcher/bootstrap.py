@@ -20,7 +20,7 @@ import traceback
 from typing import NoReturn
 
 from phantom.adapters import SIMULATED_TE_ENV  # imports no torch
-from phantom.launcher.config import ENV_VAR, RunConfig
+from phantom.config import ENV_VAR, RunConfig
 
 
 def _run_target(config: RunConfig) -> None:
@@ -149,7 +149,7 @@ def main() -> int:
     # read by phantom.adapters' import hook (and by this rank's subprocesses, if any)
     os.environ[SIMULATED_TE_ENV] = config.transformer_engine
 
-    from phantom import interception
+    from phantom import adapters, interception
     from phantom.sim import SimOptions, Simulation
     from phantom.hardware import get_gpu
     from phantom.report import build_report, print_summary, write_report
@@ -168,6 +168,7 @@ def main() -> int:
                                 shipped_db=config.shipped_db))
     if config.distributed:
         _install_distributed(sim, config, rank)
+    adapters.install()  # before the interception: framework modules imported from here on are patched
     interception.install(sim)
     if config.records:  # --out / --trace: after the start-up calibration, which is not the script's
         from phantom.report.recorder import Recorder, TraceOptions

@@ -29,10 +29,7 @@ import argparse
 import os
 from collections import OrderedDict
 
-from phantom.launcher.config import flag_of, options_with_value
-
-# The variable phantom/adapters/deepspeed.py reads: append --local_rank to the script's argv.
-LOCAL_RANK_ARG_ENV = "PHANTOM_DEEPSPEED_LOCAL_RANK_ARG"
+from phantom.config import LOCAL_RANK_ARG_ENV, flag_of, options_with_value
 
 IGNORED_WITH_VALUE = ("--master_addr", "--master_port", "--node_rank", "--launcher", "--launcher_args",
                       "--ssh_port", "--bind_core_list", "--save_pid")

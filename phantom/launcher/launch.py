@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from phantom.host.pace import PACE_FILE_ENV, PaceProcess
-from phantom.launcher.config import ENV_VAR, RunConfig
+from phantom.config import ENV_VAR, RunConfig
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40

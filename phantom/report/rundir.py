@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from phantom.report import trace as trace_mod
 
 if TYPE_CHECKING:
-    from phantom.launcher.config import RunConfig
+    from phantom.config import RunConfig
     from phantom.report.recorder import Recorder
 
 # Fields of a rank's report that are the same on every rank, left out of `ranks[i]`.

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
     from phantom.sim import Simulation
-    from phantom.launcher.config import RunConfig
+    from phantom.config import RunConfig
 
 SCHEMA = "phantom.run/1"
 GIB = 1024**3

@@ -23,7 +23,7 @@ from phantom.engine import Timeline
 from phantom.engine.power import governor_for
 from phantom.host import calibration
 from phantom.host.account import GEMM_EXTRA_HOST_NS, HOST_KERNEL_LAUNCH_NS, HostAccount
-from phantom.interception import data_reads
+from phantom.sim import values
 from phantom.memory import CachingAllocator
 from phantom.memory.history import MemoryHistory
 from phantom.native.build import cache_dir
@@ -104,9 +104,9 @@ class Simulation:
         if self.fusion.generated_code:
             return  # timed as part of a generated kernel (Fusion.launch_generated_kernel)
         if func in H2D_OPS and self.transfers.host_to_device(func, args, kwargs, stream_id):
-            data_reads.propagate_hint(func, args, out)  # a small CPU value keeps its value
+            values.propagate_hint(func, args, out)  # a small CPU value keeps its value
             src = args[0] if func is torch.ops.aten._to_copy.default else args[1]
-            data_reads.set_shadow(out if func is torch.ops.aten._to_copy.default else args[0], src)
+            values.set_shadow(out if func is torch.ops.aten._to_copy.default else args[0], src)
             return
         cost = self.cost_model.estimate(func, args, kwargs, out)
         if cost is not None and cost.op_class == "gemm":
@@ -117,7 +117,7 @@ class Simulation:
             else:
                 self.fusion.flush()  # a GEMM or the like splits a compiled function
                 self.launch(func, cost, stream_id, args)
-        data_reads.propagate_hint(func, args, out, kwargs)
+        values.propagate_hint(func, args, out, kwargs)
 
     def launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
         """Launch one kernel: the node's launch cost on the host, `cost` on the stream (or into

@@ -14,7 +14,7 @@ import torch
 from phantom.cost import KernelCost
 from phantom.errors import capture_error
 from phantom.host.account import HOST_KERNEL_LAUNCH_NS
-from phantom.interception import data_reads
+from phantom.sim import values
 
 if TYPE_CHECKING:
     from phantom.sim.simulation import Simulation
@@ -68,9 +68,9 @@ class Transfers:
         sim.fusion.flush()  # a read inside a compiled function waits for its kernel
         sim.data_reads += 1
         if sim.first_data_read is None:  # named in the summary: a placeholder may steer the loop
-            sim.first_data_read = data_reads.user_frame_summary()
+            sim.first_data_read = values.user_frame_summary()
         if sim.options.on_data_read == "error":
-            data_reads.raise_data_read(what)
+            values.raise_data_read(what)
         stream_id = sim.streams.current_id()
         nbytes = t.numel() * t.element_size()
         copy_ns = COPY_LATENCY_NS + nbytes / (PINNED_GBPS if pinned else PCIE_GBPS)

@@ -38,11 +38,6 @@ SHADOW_MAX_NUMEL = 1 << 16
 # interception/attention.py). 4M int64 elements: a 32 MiB copy a batch.
 SHADOW_MAX_NUMEL_INDEX = 1 << 22
 
-# Finiteness checks and their healthy answers. Several of them decompose into generic
-# comparisons before reaching the dispatcher (isnan is `x != x`), so they are wrapped at
-# the torch-function level by `install_hint_sources`.
-_HEALTHY_CHECKS = {"isfinite": True, "isnan": False, "isinf": False, "isposinf": False,
-                   "isneginf": False}
 # Factories and fills whose value is known from their arguments (e.g. GradScaler's scale).
 _VALUE_SOURCES = {
     aten.full.default: lambda args: args[1],
@@ -250,24 +245,6 @@ def _is_real_scalar(t: Any) -> bool:
 
     return isinstance(t, torch.Tensor) and not isinstance(t, FakeTensor) \
         and t.device.type == "cpu" and t.numel() == 1
-
-
-def _with_healthy_hint(fn: Any, healthy: bool) -> Any:
-    def check(*args: Any, **kwargs: Any) -> Any:
-        out = fn(*args, **kwargs)
-        if isinstance(out, torch.Tensor) and out.device.type == "cuda":
-            setattr(out, HINT_ATTR, healthy)
-        return out
-
-    check.__name__ = getattr(fn, "__name__", "check")
-    check.__doc__ = getattr(fn, "__doc__", None)
-    return check
-
-
-def install_hint_sources() -> None:
-    for name, healthy in _HEALTHY_CHECKS.items():
-        setattr(torch, name, _with_healthy_hint(getattr(torch, name), healthy))
-        setattr(torch.Tensor, name, _with_healthy_hint(getattr(torch.Tensor, name), healthy))
 
 
 def placeholder_scalar(t: torch.Tensor) -> bool | int | float | complex:

@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 from phantom.cost.db import shipped_db_path
-from phantom.launcher.config import add_options, flag_of, options_with_value
+from phantom.config import add_options, flag_of, options_with_value
 
 # phantom run's options for the simulated cluster, which profile's recording takes too
 LAYOUT = ("nproc_per_node", "nnodes", "cluster", "ranks")
