@@ -465,12 +465,10 @@ def collectives_lines(rows: list[Row], setup: Setup) -> list[str]:
     for name, rs in groups.items():
         errs = [abs(r.error_pct()) for r in rs]
         floors = [least_error_pct(r.real) for r in rs if len(r.real) > 1]
-        op = name.split(",")[0]
-        lines.append(f"| {name} | {len(rs)} | {statistics.mean(errs):.1f}% | {max(errs):.1f}% | "
-                     f"{statistics.mean(floors):.1f}% | `python bench/bench.py sim collectives --setup {setup.tag} "
-                     f"-- --ops {op}` |" if floors else
-                     f"| {name} | {len(rs)} | {statistics.mean(errs):.1f}% | {max(errs):.1f}% | - | "
-                     f"`python bench/bench.py sim collectives --setup {setup.tag} -- --ops {op}` |")
+        floor = f"{statistics.mean(floors):.1f}%" if floors else "-"
+        # the sim replays the real sweep's ops and sizes whole: one command for every row
+        lines.append(f"| {name} | {len(rs)} | {statistics.mean(errs):.1f}% | {max(errs):.1f}% | {floor} | "
+                     f"`python bench/bench.py sim collectives --setup {setup.tag}` |")
     return lines
 
 
