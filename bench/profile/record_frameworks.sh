@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Record the op signatures of the Megatron-Core and DeepSpeed benchmark configs under simulation
 # (no GPU needed), for `phantom profile --from-records` to time on a real GPU
-# (bench/device/time_framework_records.sh). The shapes are the benchmarks' own:
+# (bench/profile/time_records.sh). The shapes are the benchmarks' own:
 #   megatron-pub-*   bench/megatron.py's published H100 rows (seq 4096, micro batch 1, DP 48,
 #                    --ranks auto: one representative rank per class runs)
 #   megatron-*       bench/megatron.py's 2-GPU configs (GPT 1.7B, seq 2048, micro batch 2)

@@ -92,14 +92,14 @@ REAL_CONFIGS = [
         "--num-attention-heads", "4", "--vocab-size", "4096"), nproc=1) for seq in (128, 512)),
     # The same two with Transformer Engine's layer spec, through phantom's TE stand-in
     # (phantom/adapters/te_standin) under phantom, and on a real GPU through the same stand-in
-    # run for real (bench/device/megatron_te_standin.sh puts it on PYTHONPATH; the lent machines
+    # run for real (phantom/adapters/te_standin on PYTHONPATH; the lent machines
     # have no Transformer Engine): the stand-in's own GPU work and host time, both sides.
     Config("pub-1.7b-1gpu-te", PUB_1GPU[:-2] + TE_ARGS, nproc=1),
     Config("pub-1.7b-1gpu-host-s512-te", PUB_1GPU[:-2] + TE_ARGS + (
         "--seq-length", "512", "--hidden-size", "256", "--ffn-hidden-size", "1024",
         "--num-attention-heads", "4", "--vocab-size", "4096"), nproc=1),
     # The same with Megatron-LM's default gradient-accumulation fusion; on a real GPU without
-    # Apex it needs bench/device/apex_shim on PYTHONPATH (bench/device/wgrad_fusion.sh).
+    # Apex it needs bench/device/apex_shim on PYTHONPATH.
     Config("pub-1.7b-1gpu-gaf", PUB_1GPU + ("--gradient-accumulation-fusion",), nproc=1),
     # MoE on 2 GPUs (issue 8's Mixtral and Qwen3 presets cut to 4 layers): expert parallelism 2
     # with the all-to-all dispatcher (dense layers data-parallel), and Mixtral with TP2 + SP

@@ -3,7 +3,7 @@
 fused_weight_gradient_dense.cpp, d_weight += d_output^T @ input in one GEMM with beta = 1 and
 C = d_weight (fp32, or the inputs' dtype for the fp16 variant), through torch's `out_dtype`
 GEMM. Put this folder on PYTHONPATH to run Megatron with gradient_accumulation_fusion on a
-real GPU (bench/device/wgrad_fusion.sh); phantom simulates the module itself."""
+real GPU (PYTHONPATH=bench/device/apex_shim:.); phantom simulates the module itself."""
 import torch
 
 
