@@ -1,7 +1,7 @@
 """One optimizer step of DeepSpeed's FusedAdam (its multi_tensor_adam CUDA kernel) against torch's
 fused AdamW on the same fp32 tensors: the evidence for how phantom prices FusedAdam
 (phantom/adapters/deepspeed.py). Run on a GPU machine with DeepSpeed's fused_adam op buildable;
-prints one `adam: {json}` line per case (bench/deepspeed.py real records them).
+prints one `adam: {json}` line per case (bench/suites/deepspeed.py real records them).
 """
 import json
 

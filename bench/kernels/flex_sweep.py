@@ -3,7 +3,7 @@
 phantom costs FlexAttention's Triton kernel as flash attention over the blocks its mask keeps
 (cost/roofline.py `_flex_attention`), on a curve of its own: `flex.fwd` / `flex.bwd`, fitted by
 `python -m phantom.cost.calibrate_flex` to these rows. The grid holds dense and causal masks
-(the masks whose block counts are exact at any size); the benchmark `bench/flex_attention.py`
+(the masks whose block counts are exact at any size); the benchmark `bench/probes/flex_attention.py`
 keeps other shapes and masks (sliding window, prefix LM) out of the fit, to check it.
 
     python bench/kernels/flex_sweep.py --out $OUT/flex_sweep_H200.json      # on the GPU

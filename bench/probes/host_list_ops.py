@@ -32,7 +32,7 @@ def _tensors(n: int, numel: int = 256) -> list[torch.Tensor]:
 
 def _time(fn, calls: int, blocks: int = 7, warmup: int = 1) -> float:
     """Median host µs per call of `fn` over `blocks` blocks of `calls` calls (after `warmup`
-    calls); bench/host_op_costs.py times its ops with it too."""
+    calls)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
