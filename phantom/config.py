@@ -5,10 +5,10 @@ field that is a `phantom run` option says so with `option(...)`: its flag, and w
 needs more than the field's type and default, its metavar, choices or a default that words
 cannot give as a value. The string under a field (an attribute docstring, PEP 257) is its
 documentation: its first paragraph is the option's help, in `phantom run --help` and in the
-option table of docs/configuration.md (built by `add_options` and phantom.cli.options_markdown),
+option table of docs/configuration.md (built by `add_options` and phantom.launcher.args.options_markdown),
 and a further paragraph is for readers of the code. Defaults that depend on other
 options (the cluster's GPU, --ranks above AUTO_RANKS_ABOVE ranks) are resolved in one place,
-phantom.cli.resolve_defaults.
+phantom.launcher.args.resolve_defaults.
 """
 from __future__ import annotations
 

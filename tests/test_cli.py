@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from conftest import REPO, run_phantom
 
-from phantom.cli import UsageError, parse_run_args
+from phantom.launcher.args import UsageError, parse_run_args
 from phantom.hardware import get_gpu
 from phantom.hardware.gpus import UnknownGPUError
 
@@ -250,7 +250,7 @@ def test_a_signal_to_phantom_ends_the_ranks(tmp_path, logged, nproc, sig, status
 # -- one source for options -------------------------------------------------------------------
 
 def test_the_docs_option_table_is_the_generated_one():
-    from phantom.cli import options_markdown
+    from phantom.launcher.args import options_markdown
 
     doc = (REPO / "docs" / "configuration.md").read_text()
     start = doc.index("\n", doc.index("<!-- Generated from phantom/config.py")) + 1
@@ -261,7 +261,7 @@ def test_the_docs_option_table_is_the_generated_one():
 
 
 def test_options_with_a_value_are_read_from_the_parser():
-    from phantom.cli import RUN_OPTIONS_WITH_VALUE
+    from phantom.launcher.args import RUN_OPTIONS_WITH_VALUE
     from phantom.config import option_fields
 
     flags = {f.metadata["flag"]: f for f in option_fields()}

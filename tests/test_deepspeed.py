@@ -336,7 +336,7 @@ def test_script_started_without_ranks_is_told_how_to_launch(run_script):
 # -- `phantom deepspeed`: the deepspeed launcher's arguments -----------------------------------
 
 def test_launcher_args_map_to_phantom_run(tmp_path):
-    from phantom.cli import RUN_OPTIONS_WITH_VALUE
+    from phantom.launcher.args import RUN_OPTIONS_WITH_VALUE
     from phantom.config import LOCAL_RANK_ARG_ENV
     from phantom.launcher.deepspeed_cli import LauncherArgsError, to_run_args
 

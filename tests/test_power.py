@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from phantom.cli import UsageError, parse_run_args
+from phantom.launcher.args import UsageError, parse_run_args
 from phantom.engine.power import PowerGovernor, governor_for, mix_power_w, solve_clock_scale
 from phantom.engine.timeline import Timeline
 from phantom.hardware import get_gpu

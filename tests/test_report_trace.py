@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from phantom.cli import UsageError, parse_run_args
+from phantom.launcher.args import UsageError, parse_run_args
 from phantom.report.trace import ITERATION_TID, NETWORK_PID, STREAM_TID_BASE, iter_tracks, validate
 from report_runs import ddp_trace_rank1, fsdp_run, single_run
 
@@ -160,7 +160,7 @@ def test_bad_trace_options_are_clear_errors(tmp_path, argv, message):
 
 
 def test_trace_option_values():
-    from phantom.cli import parse_iters, parse_ranks
+    from phantom.launcher.args import parse_iters, parse_ranks
 
     assert parse_ranks("0,2-3") == [0, 2, 3]
     assert parse_iters("3") == [3, 4] and parse_iters("2:") == [2, None] and parse_iters(":2") == [0, 2]

@@ -82,7 +82,7 @@ def record(script: str, args: list[str], gpu: str, path: str, layout: list[str] 
     """Run the script under simulation (as `phantom run` would) and write its op signatures to
     `path` (rank N of a distributed run to `path.rankN`). `layout`: phantom run's own options
     for the simulated cluster (--nproc-per-node, --nnodes, --cluster, --ranks)."""
-    from phantom.cli import parse_run_args
+    from phantom.launcher.args import parse_run_args
     from phantom.launcher import launch
 
     config = parse_run_args(["--gpu", gpu, "--quiet", *(layout or []), "--", script, *args])
