@@ -165,9 +165,10 @@ def test_a_partner_that_does_not_answer_gives_no_correction(monkeypatch, partner
 
 
 def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0, host_gaps="measured"), get_gpu("H100")))
     sim.host.gap_scale = 1.0
     ticks = iter([0, 6_000, 6_000, 20_000, 20_000, 25_000])
     sim.host.clock = lambda: next(ticks)
@@ -187,9 +188,10 @@ def test_a_wake_up_takes_its_penalty_off_the_following_gaps():
 
 
 def test_a_wake_up_penalty_comes_off_before_the_steady_mean():
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))  # steady gaps
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))  # steady gaps
     sim.host.gap_scale = 1.0
     sim.host.dispatch_overhead_ns = 0.0
     sim.host.wake_penalty_ns = 4_000.0
@@ -207,6 +209,7 @@ def test_a_wake_up_penalty_comes_off_before_the_steady_mean():
 
 
 def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
     from phantom.distributed.comm import RankComm
     from phantom.distributed.wire import Request, Result
@@ -219,7 +222,7 @@ def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
         return Request(key=("g", 1), rank=0, kind="all_reduce", members=members, nbytes=4,
                        signature=(), ready_ns=0.0, host_ns=0.0, site="")
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     sim.host.wake_penalty_ns = 5_000.0
     comm = RankComm(sim, rank=0, world_size=2, client=Client())
     comm._exchange([request((0,))])  # a group of one: resolved here, no round trip
@@ -229,24 +232,26 @@ def test_a_blocking_exchange_wakes_the_rank_and_a_local_one_does_not():
 
 
 def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     calls = []
     sim.host.warm_dispatch_paths = lambda: calls.append(1)
     sim.host.woke_up()
     assert calls == [1]
     monkeypatch.setenv("PHANTOM_NO_REWARM", "1")
-    off = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    off = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     off.host.warm_dispatch_paths = lambda: calls.append(2)
     off.host.woke_up()
     assert calls == [1] and off.host.summary()["rewarm_after_wake"] is False
 
 
 def test_a_failing_warm_up_is_reported_once_and_turned_off(capsys):
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     calls = []
 
     def broken():
@@ -652,9 +657,10 @@ def test_list_tensors_are_charged_at_the_nodes_cost_not_as_measured():
     """A foreach op's list tensors each cross into Python here: that share of the gap is taken
     off (the calibration's per-tensor cost) and the node's per-tensor cost charged instead, for
     the op's list arguments and for the list it returns (in the next gap)."""
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0, host_gaps="measured"), get_gpu("H100")))
     sim.host.gap_scale = 1.0
     sim.host.dispatch_overhead_ns = 0.0
     sim.host.list_overhead_ns, sim.host.list_real_ns = (1_000.0, 3_000.0), (190.0, 1_800.0)
@@ -680,9 +686,10 @@ def test_the_calibrations_fake_block_starts_its_own_gap():
     """What runs between two pairs of the dispatch-overhead calibration (the real block, the
     caller's speed probe) is not the fake block's first gap: it put ~2.3 us on every entry."""
     from phantom.host import calibration
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     now = [0]
     sim.host.clock = lambda: now[0]
     calibration.measure_raw_gaps(sim.host)
@@ -722,9 +729,10 @@ def test_a_freed_storage_costs_the_nodes_allocator_not_the_finalizer():
     """A fake storage's finalizer reaching Python costs the gap it dies in time a GPU host does
     not spend: that (measured at start-up) comes off, and the node's malloc-and-free is charged
     instead, once per storage, in the gap the storage died in only."""
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0, host_gaps="measured"), get_gpu("H100")))
     sim.host.gap_scale = 1.0
     sim.host.dispatch_overhead_ns = 0.0
     sim.host.release_overhead_ns, sim.host.release_host_ns = 3_000.0, 1_300.0
@@ -750,9 +758,10 @@ def test_a_runtime_call_charges_the_nodes_cost_not_the_simulations():
     script's gap where it is entered; what the simulation does to answer it, calls nested in
     it included, is not the script's time, and the node's cost of the outermost call is
     charged instead, once, with the calibrated way in and out taken off the gap."""
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0, host_gaps="measured"))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0, host_gaps="measured"), get_gpu("H100")))
     sim.host.gap_scale = 1.0
     sim.host.dispatch_overhead_ns = 0.0
     sim.host.api_overhead_ns = 500.0
@@ -780,9 +789,10 @@ def test_the_calibration_measures_this_machine_not_the_ranks_pace():
     measures this machine's raw gaps, so it must not see it (it did: every overhead taken off
     came out `pace` times too large, and the gaps it was taken from were multiplied again)."""
     from phantom.host import calibration
+    from phantom.config import RunConfig
     from phantom.sim import SimOptions, Simulation
 
-    sim = Simulation(SimOptions(get_gpu("H100"), host_speed=1.0))
+    sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     sim.host.set_world(8)
     assert sim.host.rank_pace > 1.05
     now = [0]

@@ -160,12 +160,7 @@ def main() -> int:
     if config.power_limit_w is not None:
         gpu = gpu.with_power_limit(config.power_limit_w)
     rank = int(os.environ.get("RANK", "0")) if config.distributed else 0
-    sim = Simulation(SimOptions(gpu=gpu, device_count=max(config.nproc_per_node, 1),
-                                on_data_read=config.on_data_read, host_speed=config.host_speed,
-                                host_gaps=config.host_gaps, rank_spread=config.rank_spread,
-                                quiet=config.quiet or rank != 0,
-                                db_paths=config.db_paths, record_ops=config.record_path is not None,
-                                shipped_db=config.shipped_db))
+    sim = Simulation(SimOptions.for_run(config, gpu, rank))
     if config.distributed:
         _install_distributed(sim, config, rank)
     adapters.install()  # before the interception: framework modules imported from here on are patched

@@ -1,46 +1,55 @@
-"""What a rank's simulation is asked to do: the options one `Simulation` is built from."""
+"""What a rank's simulation is asked to do: the options one `Simulation` is built from.
+
+Every field but `gpu` comes from the run's configuration, whose defaults and documentation
+are in phantom/config.py (`RunConfig`); `SimOptions.for_run` is the one place that maps one to
+the other, so no default is written twice.
+"""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from phantom.config import RunConfig
 from phantom.hardware import GPUSpec
 
 
 @dataclass
 class SimOptions:
     gpu: GPUSpec
-    """The simulated GPU (a preset from phantom.hardware, possibly with its memory or power
-    limit overridden)."""
+    """The simulated GPU (a preset from phantom.hardware, with --vram-gib and --power-limit
+    applied)."""
 
-    device_count: int = 1
-    """CUDA devices the script sees (`torch.cuda.device_count()`)."""
+    device_count: int
+    """CUDA devices the script sees (`torch.cuda.device_count()`): the ranks per node."""
 
-    on_data_read: str = "placeholder"
-    """What reading a device value phantom does not know does: "placeholder" (a documented
-    stand-in value) or "error" (raise, naming the script's line)."""
+    on_data_read: str
+    """RunConfig.on_data_read: "placeholder" or "error" for a device value phantom does not know."""
 
-    host_speed: float | None = None
-    """How many times as fast as the simulated node's host this machine runs the script's
-    framework code. None: measured at start-up (the same tiny CPU training step here and, once,
-    on the node's host: GPUSpec.host_step_ns)."""
+    host_speed: float | None
+    """RunConfig.host_speed: this machine against the node's host; None: measured at start-up."""
 
-    quiet: bool = False
-    """No progress lines on stderr."""
+    quiet: bool
+    """No progress lines on stderr (`--quiet`, and every rank but rank 0)."""
 
-    host_gaps: str = "steady"
-    """"steady": from an iteration's second sighting on, a host gap is charged at the mean of
-    the same point of the last few iterations (host.steady.SteadyGaps); "measured": every gap
-    as measured here (scaled by the speed probe)."""
+    host_gaps: str
+    """RunConfig.host_gaps: "steady" or "measured" (host.steady.SteadyGaps)."""
 
-    rank_spread: float | None = None
-    """Spread (sigma) of the ranks' host times in a multi-GPU step; None: the GPU preset's
-    (GPUSpec.host_rank_spread). 0 runs every rank at a typical rank's pace."""
+    rank_spread: float | None
+    """RunConfig.rank_spread: sigma of the ranks' host times; None: the GPU preset's."""
 
-    db_paths: list[str] = field(default_factory=list)
-    """Kernel databases added to the shipped one for this GPU (`phantom run --db`)."""
+    db_paths: list[str]
+    """RunConfig.db_paths: kernel databases added to the shipped one for this GPU."""
 
-    record_ops: bool = False
+    record_ops: bool
     """Record every op signature (`phantom profile`)."""
 
-    shipped_db: bool = True
-    """Use the kernel database shipped for this GPU (`--no-db` turns it off)."""
+    shipped_db: bool
+    """RunConfig.shipped_db: use the kernel database shipped for this GPU."""
+
+    @classmethod
+    def for_run(cls, config: RunConfig, gpu: GPUSpec, rank: int = 0) -> SimOptions:
+        """The options of rank `rank` of the run `config` describes, on `gpu`."""
+        return cls(gpu=gpu, device_count=max(config.nproc_per_node, 1),
+                   on_data_read=config.on_data_read, host_speed=config.host_speed,
+                   quiet=config.quiet or rank != 0, host_gaps=config.host_gaps,
+                   rank_spread=config.rank_spread, db_paths=config.db_paths,
+                   record_ops=config.record_path is not None, shipped_db=config.shipped_db)
