@@ -88,7 +88,7 @@ def test_key_speed_per_call():
     out = aten.mm.default(a, b)
     model.estimate(aten.mm.default, (a, b), {}, out)
     def best_us(fn, n: int) -> float:
-        # The fastest of 5 blocks: a development VM's slow spells (2x and more, seen failing this
+        # The fastest of 5 blocks: a shared VM's slow spells (2x and more, seen failing this
         # test at 123 us once in CI) only ever make a block slower.
         best = float("inf")
         for _ in range(5):

@@ -131,7 +131,7 @@ def test_pipeline_engine_two_stages(tmp_path):
 
 
 def test_pipeline_engine_one_stage_recomputes_with_ac(tmp_path):
-    """deepspeed.pipe on one stage and one rank (the layout `bench/deepspeed.py` checks against
+    """deepspeed.pipe on one stage and one rank (the layout `bench/suites/deepspeed.py` checks against
     a real GPU), with and without activation checkpointing: both complete, and recomputing the
     decoder layers adds GPU work. (Checkpointing the embedding too
     made DeepSpeed's backward assert, on a real GPU as under phantom: the example checkpoints

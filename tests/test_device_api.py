@@ -201,7 +201,7 @@ def test_memory_api_follows_the_caching_allocator(run_script):
 def test_cublas_workspaces_per_thread_and_stream_until_cleared(run_script):
     """cuBLAS's workspace (32 MiB on Hopper) is allocated at the first GEMM of each (thread,
     stream) pair: the backward's GEMMs run on the autograd engine's thread and hold one of
-    their own, as a real H100 showed (bench/live_blocks.py); torch._C._cuda_clearCublasWorkspaces
+    their own, as a real H100 showed (bench/probes/live_blocks.py); torch._C._cuda_clearCublasWorkspaces
     frees them all, and the next GEMM allocates its pair's again."""
     proc, _ = run_script(
         """
@@ -432,7 +432,7 @@ def test_a_compiled_training_step_runs_inductors_kernels(run_script):
                 return x + self.proj(F.gelu(self.fc(self.norm(x)), approximate="tanh"))
         block = Block().cuda()
         # GPU-bound (~16 ms a step): a compiled call's guards and wrappers cost the host more
-        # than an eager one's (bench/README.md, Session 23), which small steps would show; at
+        # than an eager one's, which small steps would show; at
         # half this batch the compiled step's margin (0.91-0.93 of eager) was within host noise
         # of the 0.95 below when tests ran two at a time
         x = torch.randn(64, 2048, 1024, device="cuda", requires_grad=True)

@@ -75,8 +75,8 @@ def test_activation_checkpointing_trades_time_for_memory():
 def test_compiled_gpt_does_less_gpu_work_and_keeps_less(tmp_path):
     """`--compile` (torch.compile of the whole model): Dynamo and AOTAutograd trace it, and
     Inductor-like kernels replace the pointwise chains, so the same step has less GPU time
-    and a lower peak (the min-cut partition saves less), as on a GPU (bench/README.md,
-    Session 23: 9-25% faster, 14-54% leaner on a real H200)."""
+    and a lower peak (the min-cut partition saves less), as on a GPU (9-25% faster,
+    14-54% leaner on a real H200: bench/results/single_gpu/)."""
     args = ["--preset", "gpt2-124m", "--n-layer", "4", "--seq-len", "1024", "--batch-size", "16",
             "--steps", "3", "--warmup", "1"]
     eager, eager_report, _ = _run_example(tmp_path, "H100", "examples/gpt_train.py", *args)
@@ -137,8 +137,8 @@ def test_hugging_face_trainer_on_two_ranks(tmp_path):
     assert 2.0 < summary["median_iter_ms"] < 300.0
     # the Trainer's own clock covers the steps and its set-up inside train() (accelerate's DDP
     # wrapping, the DataLoader), in simulated time, not this run's wall time. The set-up's
-    # simulated host time varies from run to run on a 2-core machine (0.2-2.7 s over six runs,
-    # session 24's code too; the cause is not found), hence the loose bound.
+    # simulated host time varies from run to run on a 2-core machine (0.2-2.7 s over six runs;
+    # the cause is not found), hence the loose bound.
     assert sum(steps) / 1e3 <= summary["train_runtime_s"] < min(5.0, wall)
     data = json.loads(report.read_text())
     assert data["iterations"]["count"] == 6

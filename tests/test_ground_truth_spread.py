@@ -1,5 +1,5 @@
 """The committed real samples of the 2 x H200 acceptance rows (bench/results/): every sample of
-a row is pooled, and a row measured on several lent machines is compared by its median."""
+a row is pooled, and a row measured on several machines is compared by its median."""
 import importlib.util
 import sys
 from pathlib import Path

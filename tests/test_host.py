@@ -54,7 +54,7 @@ def test_reference_step_trains_on_cpu():
 
 
 def test_presets_carry_their_measured_host():
-    # Measured on the lent hosts (bench/host/data/host_reference_*.json): the H100 machine's host
+    # Measured on the GPU hosts (bench/host/data/host_reference_*.json): the H100 machine's host
     # runs the step slower than the H200 machine's; unmeasured presets take the H200 host.
     assert get_gpu("H100").host_step_ns > get_gpu("H200").host_step_ns
     assert get_gpu("A100").host_step_ns == get_gpu("H200").host_step_ns
@@ -397,7 +397,7 @@ def test_a_host_bound_run_on_a_changing_machine_is_flagged():
 
 def test_a_host_bound_run_while_torch_ran_slow_here_is_flagged():
     # The pure-Python probe can see the machine steady while PyTorch's own code runs far below
-    # its best (Session 40): the reference step timed at start-up tells.
+    # its best: the reference step timed at start-up tells.
     from phantom.report.summary import _host_caution
 
     steady = {"samples": 20, "mean_slowdown": 1.02, "max_slowdown": 1.1, "slow_share": 0.0}
@@ -810,7 +810,7 @@ def test_the_calibration_measures_this_machine_not_the_ranks_pace():
 
 def test_runtime_calls_cost_what_they_cost_the_node(run_script):
     """`torch.cuda.current_stream()` and a stream context in a loop: each is charged the node's
-    measured cost (bench/host_cuda_api.py) plus at most a little of the loop, not phantom's
+    measured cost (bench/probes/host_cuda_api.py) plus at most a little of the loop, not phantom's
     Python; the report counts them."""
     from phantom.interception.cuda_api import NODE_HOST_NS
 

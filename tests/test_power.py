@@ -29,7 +29,7 @@ def test_back_to_back_gemms_settle_at_the_measured_sustained_rate():
     gov = governor_for(get_gpu("H100"))
     _, durations = run_gemms(gov, 2000)
     sustained_tflops = GEMM_FLOPS / (durations[-1] * 1e-9) / 1e12
-    # measured on the lent H100 at 700 W: 690 TFLOP/s (50 C) and 675 (62 C) once settled
+    # measured on an H100 at 700 W: 690 TFLOP/s (50 C) and 675 (62 C) once settled
     assert 670 < sustained_tflops < 705
     # the solved clock holds the window's mean power at the limit
     s = gov._scale

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parent.parent
 # machine's Python timing adds would differ between any two runs. A Ray actor's CPU time
 # includes Ray's own threads: at 1e-4, their hundreds of ms moved a 3 ms step by 2% (seen).
 # Ranks 0 and 8 run (one per node, two Ray actors); the other 14 are represented. The same
-# job with all 16 ranks as actors (--ranks all) is in bench/README.md ("Ray executor"): it
+# job with all 16 ranks as actors (--ranks all) is not tested here: it
 # takes minutes of Ray worker start-up on a 2-core CI machine.
 ARGS = ["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", "--host-speed", "1e-6",
         str(REPO / "examples/llama_train.py"), "--preset", "debug", "--seq-len", "256",

@@ -4,7 +4,7 @@ A DeepSpeed training script runs unchanged; these patches, applied by the import
 phantom/adapters/__init__.py only when DeepSpeed's modules are imported, fix the places where
 DeepSpeed cannot run on a simulated GPU. Each names the DeepSpeed code it works around.
 
-Simulation policy (README, "DeepSpeed"):
+Simulation policy (docs/frameworks.md, "DeepSpeed"):
 - Op builders: DeepSpeed compiles its CUDA extensions (FusedAdam, FusedLamb, ...) with nvcc
   when first used (`OpBuilder.load` -> `jit_load`). A CPU machine cannot build them, and a
   built kernel could not run on a fake tensor anyway. The fused optimizers are simulated
@@ -47,7 +47,7 @@ SIMULATED_OPS: dict[str, str] = {"fused_adam": "fused_adam_module", "fused_lion"
 # Host cost of one call into the extension on the node, beyond its kernel launches (each charged
 # HOST_KERNEL_LAUNCH_NS): pybind's conversion of the arguments, the checks, the allocations.
 # Measured on an H200 host by bench/kernels/deepspeed_optimizers.py (host rows; data in
-# bench/data/session46/device_ds_optimizers_h200): `multi_tensor_lion` on lists of 1 / 64 / 512
+# bench/kernels/results/deepspeed_optimizers_H200.json): `multi_tensor_lion` on lists of 1 / 64 / 512
 # tensors took 9.28 / 37.7 / 243.6 us (1 / 2 / 11 launches): 4.9 us + 0.38 us a parameter (its
 # three list entries) + the launches; one `lamb` call (three launches) 27.3 us.
 LION_CALL_NS = 4_900.0
@@ -158,7 +158,7 @@ def patch_op_builder(module: ModuleType) -> None:
         if factory is None:
             raise SimulationError(
                 f"phantom: DeepSpeed op '{name}' ({type(self).__name__}) is a CUDA/C++ extension "
-                f"that is not simulated; simulated ops: {', '.join(SIMULATED_OPS)} (README, "
+                f"that is not simulated; simulated ops: {', '.join(SIMULATED_OPS)} (docs/frameworks.md, "
                 "'DeepSpeed').")
         loaded = cls._loaded_ops
         if name not in loaded:

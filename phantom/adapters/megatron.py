@@ -4,7 +4,7 @@ These patches, applied by the import hook in phantom/adapters/__init__.py only w
 Megatron-Core's modules are imported, fix the few places where Megatron-Core cannot run on a
 simulated GPU. Each names the Megatron code it works around and why.
 
-Simulation policy (README, "Megatron-Core"):
+Simulation policy (docs/frameworks.md, "Megatron-Core"):
 - Transformer Engine and Apex need a real GPU (and TE a CUDA build of torch): the local layer
   spec (`get_gpt_layer_local_spec`) is the supported path, with Megatron's own fallbacks for
   the fused optimizer, norms and multi-tensor kernels (as on a GPU machine without TE/Apex).
@@ -63,7 +63,7 @@ def patch_clip_grads(module: ModuleType) -> None:
     # the norm read to the host exceeds `max_norm`. Under simulation that norm is the
     # placeholder 0.0, so the scaling (one multi-tensor scale: without Apex, a multiply and a
     # copy per gradient tensor) would never run. On real runs it does: every real Megatron run
-    # of bench/megatron.py logged norms of 2.8-13.6 against clip 1.0 (early training, where norms sit above
+    # of bench/suites/megatron.py logged norms of 2.8-13.6 against clip 1.0 (early training, where norms sit above
     # the clip). So an unknown (0.0) norm counts as twice `max_norm`; optimizer.py binds this
     # function by name, so it is patched here, where it is defined, before that import.
     def clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, *args, **kwargs):
@@ -108,7 +108,7 @@ def wgrad_gemm_accum(input: torch.Tensor, d_output: torch.Tensor, d_weight: torc
 # the cuBLAS call's set-up, less the launch, which is charged with the GEMM as for any matmul
 # (HOST_KERNEL_LAUNCH_NS + GEMM_EXTRA_HOST_NS). Not measured, as no GPU host measured had Apex;
 # bounded by a whole eager torch op on CPU tensors (Python argument parsing, dispatch and a tiny
-# kernel) on an H200 host, 2.9 us (bench/data/host_h200.json, as for HOST_KERNEL_LAUNCH_NS).
+# kernel) on an H200 host, 2.9 us (bench/host/data/host_h200.json, as for HOST_KERNEL_LAUNCH_NS).
 APEX_WGRAD_CALL_NS = 2_900.0
 
 
@@ -196,7 +196,7 @@ def uniform_expert_counts(tokens: int, topk: int, experts: int) -> list[int]:
 def patch_token_dispatcher(module: ModuleType) -> None:
     """megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.
 
-    Assumption (README "Megatron-Core"): experts are load-balanced. The router runs as usual
+    Assumption (docs/frameworks.md, "Megatron-Core"): experts are load-balanced. The router runs as usual
     (its GEMM, softmax, top-k and aux loss are timed) and `preprocess` computes the counts on
     the GPU and all-gathers them over TP x EP, as on a real GPU; but the router's choices come
     from simulated logits with no values, so the counts have none either.

@@ -25,7 +25,7 @@ LION_FLOPS_PER_ELEMENT = 10.0
 # multi_tensor_lion.cu loads and stores one element at a time (no vector loads), and a narrower
 # type does not make it faster: on an H200, 100M bf16 elements took 0.561 ms a step and
 # 100M fp32 ones 0.551 ms (measured by bench/kernels/deepspeed_optimizers.py, data in
-# bench/data/session46/device_ds_optimizers_h200). Each element of each list is charged at
+# bench/kernels/results/deepspeed_optimizers_H200.json). Each element of each list is charged at
 # least this many bytes: effective bytes, the time of the memory traffic it makes, not what it
 # moves.
 LION_MIN_ELEMENT_BYTES = 4
@@ -87,7 +87,7 @@ def multi_tensor_adam(chunk_size: int, noop_flag: torch.Tensor, tensor_lists: li
         return
     if not bias_correction:
         raise SimulationError("phantom: FusedAdam(bias_correction=False) is not simulated "
-                              "(README, 'DeepSpeed').")
+                              "(docs/frameworks.md, 'DeepSpeed').")
     fused = torch._fused_adamw_ if mode == 1 else torch._fused_adam_
     fused(params, grads, exp_avgs, exp_avg_sqs, [], steps.get(len(params), params[0].device),
           lr=lr, beta1=beta1, beta2=beta2, weight_decay=weight_decay, eps=epsilon,

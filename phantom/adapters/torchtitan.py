@@ -4,7 +4,7 @@ torchtitan's trainer runs unchanged; these patches, applied by the import hook i
 phantom/adapters/__init__.py only when torchtitan's modules are imported, fix the places
 where it cannot run on a simulated GPU. Each names the torchtitan code it works around.
 
-Simulation policy (README, "TorchTitan"):
+Simulation policy (docs/frameworks.md, "TorchTitan"):
 - Attention: each training row is one document, so torchtitan's block-causal FlexAttention
   mask is the causal mask; the compiled FlexAttention kernel is timed as FlashAttention-2.
 - MoE: experts are load-balanced (uniform routing); the expert-parallel all-to-all is sized
@@ -20,7 +20,7 @@ Simulation policy (README, "TorchTitan"):
 torch version compatibility: torchtitan 0.3.0 targets a newer torch than 2.11-2.13. The
 `compat_*` patches (spmd backend default, `dist.set_timeout`, pre-split pipeline
 microbatches) are needed on a real GPU with those versions too; `install_compat()` applies
-only them (bench/torchtitan.py real).
+only them (bench/suites/torchtitan.py real).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ COMPAT_PATCHES = {
 
 def install_compat() -> None:
     """Apply only the torch-version patches (for a real run of torchtitan 0.3.0 on torch
-    2.11-2.13: bench/torchtitan.py real)."""
+    2.11-2.13: bench/suites/torchtitan.py real)."""
     from phantom import adapters
 
     adapters.install(patches={m: f"{__name__}:{f}" for m, f in COMPAT_PATCHES.items()},
@@ -78,7 +78,7 @@ def _torch_version() -> tuple[int, int]:
 
 def _refuse_init(cls: type, why: str) -> None:
     def __init__(self, *args, **kwargs):
-        raise SimulationError(f"phantom: {why} (README, 'TorchTitan').")
+        raise SimulationError(f"phantom: {why} (docs/frameworks.md, 'TorchTitan').")
 
     cls.__init__ = __init__
 
@@ -187,7 +187,7 @@ def patch_configs(module: ModuleType) -> None:
     collectives inside a captured graph (engine/graphs.py: a replay would have to meet its
     peers' replays at the coordinator), so under simulation the default becomes True: the step
     runs eagerly, with the same kernels and eager launch overhead on the host (documented
-    fallback, README "TorchTitan").
+    fallback, docs/frameworks.md, "TorchTitan").
     Asking for graphs explicitly (`--training.no-disable-cuda-graphs`) is an error below."""
     defaults = module.TrainingConfig.__init__.__kwdefaults__
     defaults["disable_cuda_graphs"] = True
@@ -201,12 +201,12 @@ def patch_configs(module: ModuleType) -> None:
     def __post_init__(self):
         if self.enable_fsdp_symm_mem:
             raise SimulationError("phantom: --parallelism.enable_fsdp_symm_mem (symmetric-"
-                                  "memory FSDP) is not simulated (README, 'TorchTitan').")
+                                  "memory FSDP) is not simulated (docs/frameworks.md, 'TorchTitan').")
         if self.spmd_backend != "partial_dtensor" and _torch_version() < (2, 14):
             raise SimulationError(
                 f"phantom: --parallelism.spmd_backend {self.spmd_backend} needs torch >= 2.14 "
                 f"(FSDP2 over a full SPMD mesh); this is torch {torch.__version__}. Use "
-                "partial_dtensor (the default under phantom) (README, 'TorchTitan').")
+                "partial_dtensor (the default under phantom) (docs/frameworks.md, 'TorchTitan').")
         original_post_init(self)
 
     module.ParallelismConfig.__post_init__ = __post_init__
@@ -232,7 +232,7 @@ def patch_trainer(module: ModuleType) -> None:
         raise SimulationError(
             "phantom: torchtitan's CUDA graph capture (training.disable_cuda_graphs=False) "
             "is not simulated. Leave out --training.no-disable-cuda-graphs: under phantom "
-            "the step runs eagerly by default (README, 'TorchTitan').")
+            "the step runs eagerly by default (docs/frameworks.md, 'TorchTitan').")
 
     module.wrap_with_cuda_graph = wrap_with_cuda_graph
 
@@ -248,7 +248,7 @@ def patch_compile(module: ModuleType) -> None:
         if getattr(compile_config, "enable_async_tensor_parallel", False):
             raise SimulationError(
                 "phantom: torchtitan's async tensor parallelism "
-                "(--compile.enable_async_tensor_parallel) is not simulated (README, "
+                "(--compile.enable_async_tensor_parallel) is not simulated (docs/frameworks.md, "
                 "'TorchTitan').")
         return original(model, compile_config=compile_config, parallel_dims=parallel_dims,
                         **kwargs)
@@ -261,7 +261,7 @@ def patch_quantization(module: ModuleType) -> None:
     torchao low-precision modules. Float8LinearConverter (torchao's Float8Linear: scaled
     float8 GEMMs fed by amax and casting kernels) is left to run as torchao runs it, its GEMMs
     timed from the measured float8 rows (tensorwise and rowwise) and its casts by the
-    generated-kernel model (README, 'Float8 training'). The grouped-experts float8 GEMMs, MXFP8
+    generated-kernel model (docs/float8.md). The grouped-experts float8 GEMMs, MXFP8
     and NVFP4 (the latter two need Blackwell) have no calibration: building one is a clear
     error."""
     for name in ("Float8GroupedExpertsConverter", "MXFP8LinearConverter",
@@ -345,7 +345,7 @@ def uniform_splits(rows: int, ranks: int, rank: int) -> tuple[list[int], list[in
 def patch_token_dispatcher(module: ModuleType) -> None:
     """torchtitan/models/common/token_dispatcher.py, expert parallelism.
 
-    Assumption (README "TorchTitan"): experts are load-balanced, every expert receives the
+    Assumption (docs/frameworks.md, "TorchTitan"): experts are load-balanced, every expert receives the
     same number of tokens. The router runs as usual (its GEMM, softmax and top-k are timed),
     but its choices come from simulated logits with no values, so the per-expert token counts
     have none either. `AllToAllTokenDispatcher._sync_token_count_exchange` copies them to the
@@ -388,7 +388,7 @@ def patch_token_dispatcher(module: ModuleType) -> None:
                               "(moe_comm_backend='standard')")
 
 
-# -- torch version compatibility (needed on a real GPU as well: bench/torchtitan.py real) --
+# -- torch version compatibility (needed on a real GPU as well: bench/suites/torchtitan.py real) --
 
 def apply_torch_compat() -> None:
     """torch APIs torchtitan 0.3.0 uses that torch 2.11-2.13 lack, found by running it on
@@ -542,7 +542,7 @@ def flex_attention_as_flash(q, k, v, *, score_mod=None, block_mask=None, scale=N
                             enable_gqa=False, return_aux=None, kernel_options=None):
     """FlexAttention's compiled kernel under simulation, timed as the fused causal kernel.
 
-    Assumption (README "TorchTitan"): every row holds one document, so torchtitan's
+    Assumption (docs/frameworks.md, "TorchTitan"): every row holds one document, so torchtitan's
     block-causal (per-document) mask is the causal mask. The BlockMask's values are not
     known (they come from the data), so its sparsity cannot be read. The kernel is charged
     as FlashAttention-2 (`_scaled_dot_product_flash_attention`, GQA native), whose fitted

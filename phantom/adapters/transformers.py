@@ -1,6 +1,6 @@
 """Hugging Face transformers under simulation.
 
-Policy (README, "Frameworks"): phantom's fake CUDA tensors stand for real eager tensors, so
+Policy (docs/frameworks.md): phantom's fake CUDA tensors stand for real eager tensors, so
 transformers must take its eager code paths; a padding mask is assumed to mask nothing (every
 training token valid) and position ids to describe one sequence per row (no packed
 sequences). Both are the usual pre-training case, and both decide whether SDPA gets an

@@ -8,7 +8,7 @@ keeps (roofline.py `_flex_attention`), with an efficiency curve of the same form
 backends' (calibration.AttnCurve). Its own curve, because the kernel is not FlashAttention-2:
 on an H100 and an H200 (torch 2.11) it ran 15-30% faster forward than the flash curve
 predicted at 4-8k tokens (bench/kernels/results/flex_sweep_H100.json, flex_sweep_H200.json). The rows are bench/kernels/flex_sweep.py's grid (dense and causal
-masks at shapes the benchmark bench/flex_attention.py does not use); the benchmark's other
+masks at shapes the benchmark bench/probes/flex_attention.py does not use); the benchmark's other
 masks check the block-sparse part. Every other constant of the calibration file stays as it
 is; a full refit with calibrate.py drops these curves: run this again after one.
 """

@@ -18,7 +18,7 @@ the measured one's, bounded by the model's ratio: the part of a kernel the model
 (kernel choice, launch overheads, latency-bound gathers and tails) stays as it is. A kernel at
 a fraction of the bandwidth (a graph gather) so moves less than the bandwidths' ratio, one at
 full bandwidth by all of it. Checked on the 3,591 signatures both Hopper databases have
-(bench/db_borrow.py): 4.2-4.5% median error, 4.7-5.2% time-weighted, against 4.6% and 6.1-6.5%
+(bench/probes/db_borrow.py): 4.2-4.5% median error, 4.7-5.2% time-weighted, against 4.6% and 6.1-6.5%
 scaling by the ratio, and 9.6-11.7% median for the roofline alone.
 """
 from __future__ import annotations
@@ -37,7 +37,7 @@ from phantom.hardware.gpus import GPUSpec, get_gpu
 DB_SOURCE = "db"
 # Classes whose kernels run on the tensor cores at the SM clock: a borrowed row of a same-die GPU
 # keeps its time. Scaling them by the two fitted rooflines' ratio only added the fits' noise
-# (GEMM 3.4% against 2.2% unscaled, attention 6.8% against 1.1%: bench/db_borrow.py).
+# (GEMM 3.4% against 2.2% unscaled, attention 6.8% against 1.1%: bench/probes/db_borrow.py).
 SAME_CLOCK_CLASSES = frozenset({"gemm", "attention", "conv"})
 
 
@@ -158,7 +158,7 @@ class DatabaseCostModel:
         roofline._epilogue_bytes). Without this the fused wgrad accumulation would fall to the
         roofline while the unfused GEMM + add it replaces is measured, and the two paths would
         not compare. At the published Megatron rows' shapes the fused call came out +2.7 /
-        +3.1% in total against a real H100 (bench/wgrad_fusion.py, two rounds; -7.2 / -7.5%
+        +3.1% in total against a real H100 (bench/probes/wgrad_fusion.py, two rounds; -7.2 / -7.5%
         before the epilogue was modelled)."""
         plain = plain_gemm_of(func, args)
         if plain is None:

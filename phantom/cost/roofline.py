@@ -188,7 +188,7 @@ FP8_DTYPES = frozenset(d for d in (getattr(torch, n, None) for n in (
 # real H100 an fp32 C accumulated into (beta = 1) added a median 0.98x (quartiles 0.76-1.30x)
 # of its 6 extra bytes per element at 3.35 TB/s to 48 wgrad GEMMs of 1-12k x 1-10k x 2-16k
 # (measured by bench/kernels/measure.py --only gemm_wide_c, data in
-# bench/data/session27/device_wide_c_live_h100/wide_c_round{1,2}.json); the mainloop's overlap
+# bench/kernels/results/gemm_wide_c_H100_{a,b}.json); the mainloop's overlap
 # with it was never more than this noise.
 EPILOGUE_EXPOSED = 1.0
 FLASH_TILE = 128  # flash-attention q/k block: causal work is counted at this granularity
@@ -991,7 +991,7 @@ class RooflineCostModel:
         """FlexAttention's generated kernel: flash attention over the blocks its block mask
         keeps, on the flash curve (FlexAttention's Triton kernel reaches about 90% of
         FlashAttention-2 forward and 85% backward on Hopper, PyTorch's FlexAttention post;
-        bench/flex_attention.py checks it against the real kernel). Per-CTA work comes from the
+        bench/probes/flex_attention.py checks it against the real kernel). Per-CTA work comes from the
         mask's block counts where they are known (interception/attention.py computes them);
         an unknown mask (none given, or one built from the data) is charged dense."""
         bwd = FLEX_ATTENTION_OPS[info.name]

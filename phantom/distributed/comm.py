@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 # Host cost of issuing one collective through ProcessGroupNCCL beyond the Python the simulation
 # measures: the C++ work object, two CUDA event records, a stream wait and the
 # ncclGroupStart/End + kernel launch. Measured on a 2 x H200 host by
-# bench/collective_host_cost.py (data in bench/data/collective_host_cost/): a call straight on
+# bench/probes/collective_host_cost.py (data in bench/host/data/collective_host_cost_*.json): a call straight on
 # the ProcessGroup takes 18-22 us at the host's best for every collective; under phantom the
 # same call already measures ~4-5 us (pybind, the c10d dispatcher op), so this adds the rest.
 COLLECTIVE_HOST_NS = 15_000.0
@@ -155,7 +155,7 @@ class RankComm:
             # replays at the coordinator, which is not built
             raise SimulationError("phantom: a collective inside a captured CUDA graph is not "
                                   "simulated yet; capture the compute only, or run without "
-                                  "CUDA graphs (README 'Limitations')")
+                                  "CUDA graphs (docs/simulation.md, 'CUDA graphs')")
         tl = self.sim.timeline
         sid = self.nccl_stream(group)
         tl.stream_wait_stream(sid, self.sim.streams.current_id())

@@ -17,7 +17,7 @@ decides who stands in for whom, from two things the coordinator sees:
 Classes are the connected components of "shares a group of a non-boundary family whose groups
 never hold two ranks of one boundary group". Every class has (at most) one running rank, its
 representative; a rank that is not running copies its representative: same calls, same sizes,
-same times, same values. The assumption (documented in the README): no stragglers and no
+same times, same values. The assumption (docs/distributed.md): no stragglers and no
 data-dependent asymmetry between ranks of a class. Before any point-to-point traffic, every
 rank is in one class.
 """

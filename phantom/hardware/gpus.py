@@ -16,18 +16,18 @@ GIB = 1024**3
 # training step of phantom.host.machine.training_step (`python -m phantom.host.machine` on the
 # node; fastest of repeated runs, as a cloud GPU host changes speed up to 2x like any shared
 # host). Measured on an H200 and an H100 node with torch 2.11, data in
-# bench/data/host_reference_*.json. A preset whose host was never measured takes the H200
+# bench/host/data/host_reference_*.json. A preset whose host was never measured takes the H200
 # node's host, a current Xeon server.
 H200_HOST_STEP_NS = 603_441.0
 H100_HOST_STEP_NS = 700_833.0
 # How far below that fastest speed a GPU node's host runs on average: the median of the mean
-# slowdowns of the pure-Python probe of bench/host_flicker.py, run back to back for 10-15 s on
-# H200 and H100 nodes (one value per probing core; the files are listed in bench/host_pairs.py).
+# slowdowns of the pure-Python probe of bench/host/host_flicker.py, run back to back for 10-15 s on
+# H200 and H100 nodes (one value per probing core; the files are listed in bench/host/host_pairs.py).
 # One value for every preset: the H100 hosts' runs are the higher (median 1.67 against 1.32),
 # but their real host-bound steps are not slower by that: over 13 pairs of real runs of the same
 # host-bound suite on an H100 and an H200 host, the H100 step took 1.09x the H200 one (median;
 # 0.93-1.26), where per-kind values made the simulated H100 host 1.40x slower, above every pair,
-# and one value makes it 1.16x (the reference steps' ratio); bench/host_pairs.py.
+# and one value makes it 1.16x (the reference steps' ratio); bench/host/host_pairs.py.
 HOST_FLICKER_MEAN_SLOWDOWNS = (
     1.32, 1.55, 1.34, 1.32, 1.20, 1.24,  # H200 hosts (one and two GPUs)
     1.92, 1.45, 1.59, 1.87, 1.58, 2.15, 1.39, 1.74,  # H100 hosts (one and two GPUs)
@@ -39,7 +39,7 @@ HOST_MEAN_SLOWDOWN = statistics.median(HOST_FLICKER_MEAN_SLOWDOWNS)
 # work is done. Each value is one real run that recorded every rank's host time per step
 # (tensor-parallel GPTs and the SD UNet under DDP; two 2 x H200 hosts, one 2 x H100, and a
 # 4 x H100 host with 2 and with 4 ranks): the spread sigma of a lognormal rank host time that
-# gives its mean slowest-to-mean ratio (bench/rank_host_spread.py, which reads the files).
+# gives its mean slowest-to-mean ratio (bench/host/rank_host_spread.py, which reads the files).
 # phantom.host.steady.straggler_pace turns the median into the pace of a node's slowest rank;
 # its growth with the ranks of a host held on the 4 x H100 host: slowest / mean 1.109 with 4
 # ranks (median of 6 runs) against 1.105 predicted, 1.055 with 2 (1.056).
@@ -123,7 +123,7 @@ _PRESETS: dict[str, GPUSpec] = {
         sm_clock_mhz=1980,
         power=HOPPER_SXM,
         host_step_ns=H100_HOST_STEP_NS,
-        kernel_db_from="H200",  # the H200's rows fill this database's gaps (bench/db_borrow.py)
+        kernel_db_from="H200",  # the H200's rows fill this database's gaps (bench/probes/db_borrow.py)
     ),
     "H200": GPUSpec(
         name="H200",
@@ -142,7 +142,7 @@ _PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         sm_clock_mhz=1980,
         power=HOPPER_SXM,
-        kernel_db_from="H100",  # the H100's rows fill this database's gaps (bench/db_borrow.py)
+        kernel_db_from="H100",  # the H100's rows fill this database's gaps (bench/probes/db_borrow.py)
     ),
     "A100": GPUSpec(
         name="A100",

@@ -47,7 +47,7 @@ class PowerModel:
 # kernel mix draws more than the limit.
 #
 # Measured by bench/kernels/gemm_clock.py on an H100 (data in
-# bench/data/session35/device_gemm_clock_h100/gemm_clock_H100.json): 21 bf16 GEMMs (Llama 3
+# bench/kernels/results/gemm_clock_H100.json): 21 bf16 GEMMs (Llama 3
 # 8B's at 8192 tokens, squares of 2048-16384) timed after 1 s idle (SM clock 1980 MHz) took
 # 0.912 (0.84-0.96) of their database-style time, and 0.911 (0.90-0.93) of a 0.6 s back-to-back
 # stream's (1490-1690 MHz). The same GEMMs inside a traced torchtitan step ran within -4..+10%

@@ -30,7 +30,7 @@ HOST_CLOCK_NS = time.process_time_ns
 REAL_NS = time.perf_counter_ns  # bound before any patching
 # Host cost of launching one CUDA kernel, beyond the Python and dispatcher work the
 # simulation measures directly (that part runs for real here). Measured on an H200 host
-# (bench/data/host_h200.json, bench/host_calibration.py, torch 2.11): an eager
+# (bench/host/data/host_h200.json, bench/host/host_calibration.py, torch 2.11): an eager
 # `torch.add(x, 1, out=y)` on CUDA costs 6.95 us of host time, the same op on a CPU tensor 2.90 us.
 HOST_KERNEL_LAUNCH_NS = 4_000.0
 # cuBLAS adds its own host work per GEMM (handle, heuristics cache): a small matmul costs

@@ -64,7 +64,7 @@ PACED_SUFFIX = "+paced"  # ... and those converted by the pace process (host.pac
 # crosses into Python and back around the fake dispatch, a cost the per-entry dispatch
 # overhead does not see (it grows with the list, not with the entries): the list tensors'
 # share of a gap is measured at start-up (`_measure_list_costs`), taken off, and these charged
-# instead. Measured by bench/host_list_ops.py on an H200 host (torch 2.11): per-call host time
+# instead. Measured by bench/probes/host_list_ops.py on an H200 host (torch 2.11): per-call host time
 # against list length (16-686 tensors): an in-place `_foreach_mul_` 0.19 us a tensor
 # (`_foreach_addcmul_`'s three lists 0.155, `cat` 0.24), an out-of-place `_foreach_add` 1.99 us,
 # so 1.80 us per returned tensor, of which the new storage's malloc and free (REAL_STORAGE_NS,
@@ -74,8 +74,8 @@ REAL_LIST_OUTPUT_NS = 500.0
 LIST_PROBE = 64  # tensors in the calibration's long list (a short list has one)
 # What a new tensor's storage costs the node's host beyond an op that writes into an existing
 # one (the caching allocator's malloc and free, a new tensor object): `x * 2` against
-# `torch.add(x, 1, out=y)` on an H200 host, 8.25 against 6.95 us (bench/data/host_h200.json,
-# bench/host_calibration.py). Charged per storage freed, in place of what freeing a fake one
+# `torch.add(x, 1, out=y)` on an H200 host, 8.25 against 6.95 us (bench/host/data/host_h200.json,
+# bench/host/host_calibration.py). Charged per storage freed, in place of what freeing a fake one
 # costs here.
 REAL_STORAGE_NS = 1_300.0
 

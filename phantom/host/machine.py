@@ -79,10 +79,9 @@ def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock
 # The other process of `wake_penalty_ns`: on the same core, each time it is woken it walks
 # ~2 MB of Python objects (12,000 lists of 8), about a server core's private L2, as another
 # rank or the coordinator does while a rank waits on its collective. What it evicts sets the
-# penalty: walking ~0.6 MB gave 1.7 us on the development VM, ~2 MB 5 us, ~7 MB 26 us and
-# ~25 MB 68 us (session 18). A rank of a real 2-rank run under phantom measured 9-21 us on
-# session 12's VM and 6-9 us on session 18's, where this gave 4-6 us: this size takes off
-# most of the cost, not more than all of it (bench/collective_wake_cost.py).
+# penalty: walking ~0.6 MB gave 1.7 us on a 2-core VM, ~2 MB 5 us, ~7 MB 26 us and ~25 MB
+# 68 us. A rank of a real 2-rank run under phantom measured 6-21 us on such VMs, where this
+# gave 4-6 us: this size takes off most of the cost, not more than all of it (bench/probes/collective_wake_cost.py).
 _WAKE_PARTNER = r"""
 import os, sys
 core = int(sys.argv[1])
@@ -129,7 +128,7 @@ def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120, reply_timeout_s: float 
     Under phantom every collective blocks the rank process in its coordinator round trip;
     a real GPU host never sleeps there (the NCCL enqueue returns at once), so the first run
     of each code path after the wait, slow on cold caches, is phantom's cost, not the
-    script's. Measured on this VM in session 12 (`bench/collective_wake_cost.py`): 9-21 us
+    script's. Measured on a 2-core VM (`bench/probes/collective_wake_cost.py`): 9-21 us
     for torch's code around a collective call, against 1-3 us for plain arithmetic; paid
     once per wake-up, not per repetition of the code."""
     import select

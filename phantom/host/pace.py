@@ -5,12 +5,11 @@ machine's best speed (host.speed.HostSpeedNormalizer) and from there to the node
 conversion needs this machine's speed *now*, on the kind of code a script's host gaps hold:
 PyTorch's Python and C++ host path.
 
-- The pure-Python speed probe does not see this machine's slow state, a slowdown of code with
-  a large working set (on the development VM, probably its host's other tenants: a 16 MB list
-  walk took 3.4 ms in its fast state and 4-14 ms in its slow one). In that state the reference CPU step
-  ran 1.5-2.0x its best at start-up and the probe 1.3-1.5x; the host part of phantom's ZeRO-3
-  step (over its 193 ms of GPU work) came out 1.6-2.4x its fast-state value (bench/README.md,
-  DeepSpeed, Session 44).
+- The pure-Python speed probe does not see a machine's slow state, a slowdown of code with
+  a large working set (on a shared VM, its host's other tenants: a 16 MB list walk took 3.4 ms
+  in the fast state and 4-14 ms in the slow one). In that state the reference CPU step ran
+  1.5-2.0x its best at start-up and the probe 1.3-1.5x; the host part of phantom's ZeRO-3 step
+  (over its 193 ms of GPU work) came out 1.6-2.4x its fast-state value.
 - The reference step itself, timed inside a rank, is not this machine's speed either: it ran
   1.15x its clean-process time under phantom's patches in a trivial script, and in a DeepSpeed
   ZeRO-3 run (whose Init context wraps `torch.nn.functional.linear`) ~1.4x in the fast state and

@@ -3,9 +3,9 @@
 Keeps measured host time steady while the simulating machine changes speed.
 
 The script's own Python time between CUDA ops is measured on the machine running the
-simulation. Shared and frequency-scaled CPUs change speed during a run: the development VMs
-of this project switch between two speeds a factor ~2 apart, in spells of a few to a few
-hundred milliseconds, and between states that last minutes. Measured time is scaled to the
+simulation. Shared and frequency-scaled CPUs change speed during a run: a cloud VM can switch
+between two speeds a factor ~2 apart, in spells of a few to a few hundred milliseconds, and
+between states that last minutes. Measured time is scaled to the
 fastest this machine has been seen to run (remembered across runs in phantom's cache
 directory), by its speed now:
 
@@ -39,14 +39,14 @@ SPEED_WINDOW = 8
 SLOW_STATE = 1.3  # a sample this many times the best counts as the machine's slow state
 # How much of the probe's swing around this machine's usual speed reaches the measured time:
 # measured time is scaled by best / (recent ** PROBE_STRENGTH * usual ** (1 - PROBE_STRENGTH)).
-# The probe over-corrects: repeated runs of one script on the development VM spread their
+# The probe over-corrects: repeated runs of one script on a 2-core VM spread their
 # charged host time by 31 / 30 / 9% (coefficient of variation; gpt2-124m, hf-llama-tiny,
 # Megatron's host-bound 1.7B rank) with the full correction (1.0), by 28 / 12 / 17% with none,
-# and by 18 / 17 / 9% at 0.5, with the same mean charge (bench/probe_scaling.py, Session 29
-# in bench/README.md). A machine's usual speed is what its level is set by, so the level is
+# and by 18 / 17 / 9% at 0.5, with the same mean charge (bench/probes/probe_scaling.py).
+# A machine's usual speed is what its level is set by, so the level is
 # kept; only the run-to-run and spell-to-spell swing is halved (in logarithm). Only for a run
 # of one process: see HostSpeedNormalizer.strength. PHANTOM_PROBE_STRENGTH overrides it (a
-# diagnostic, for bench/probe_scaling.py and A/B runs).
+# diagnostic, for bench/probes/probe_scaling.py and A/B runs).
 PROBE_STRENGTH = 0.5
 
 
@@ -114,7 +114,7 @@ class HostSpeedNormalizer:
         # The ranks of a multi-process run (the launcher's run id) share this machine's cores,
         # and the probe then reads their contention as well: the published Megatron 1.7B row
         # (48 ranks, `--ranks auto`) took 557 and 596 ms an iteration with the full correction
-        # and 716 and 700 damped, interleaved (Session 30 in bench/README.md). So such a run
+        # and 716 and 700 damped, interleaved. So such a run
         # takes the correction in full, and stays out of the usual speed of lone runs.
         self._alone = not os.environ.get("TORCHELASTIC_RUN_ID", "").startswith("phantom-")
         self.strength = float(os.environ.get("PHANTOM_PROBE_STRENGTH",
@@ -181,7 +181,7 @@ class HostSpeedNormalizer:
 
     def variation(self) -> dict:
         """How far from its best speed this machine ran over the run's probe samples: the
-        honest size of the uncertainty in measured host time (see bench/README.md)."""
+        honest size of the uncertainty in measured host time (docs/host-time.md)."""
         slowdowns = [t / self.best_ns for t in self._samples]
         return {"samples": len(slowdowns),
                 "mean_slowdown": sum(slowdowns) / len(slowdowns),

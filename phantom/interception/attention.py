@@ -9,7 +9,7 @@ autograd formula and fake implementation:
 - Hopper (sm90): cuDNN attention first for fp16/bf16, head_dim <= 128, equal head counts or
   grouped K/V heads with `enable_gqa` (torch 2.11 picked cuDNN on an H100 for GPT-2 shapes,
   bench/kernels/, and on two H200s for Llama 3's GQA 32/8 under DeepSpeed, in the profile in
-  bench/data/session19/h200x2_call4_zero2_profile/);
+  bench/kernels/results/profile_deepspeed_*_H200x2.json);
 - then FlashAttention-2 for fp16/bf16, head_dim <= 256, no explicit mask (GQA native);
 - then memory-efficient attention (masks, fp32); math only when the user disabled the rest.
 """

@@ -8,7 +8,7 @@ the main thread waits in `.backward()`: its host time is the simulated host's, a
 machine). Other threads (data loaders, progress bars, watchdogs) keep real clocks, since their
 waits are real.
 
-Policy decisions (documented in the README):
+Policy decisions (docs/simulation.md, 'Time'):
 - `time.monotonic` stays real: libraries use it for timeouts and rate limits, which must
   follow the wall clock of the machine running the simulation.
 - `time.sleep(s)` on the main thread advances the simulated host clock by `s` and returns at
@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 REAL_PERF_COUNTER_NS = time.perf_counter_ns
 REAL_TIME_NS = time.time_ns
 REAL_SLEEP = time.sleep
-# A clock read on the node: `time.perf_counter()` in a loop on the lent H200 hosts, 0.06 us
-# (bench/host_cuda_api.py, bench/data/session21/device_cuda_api*/). Under phantom the patched
+# A clock read on the node: `time.perf_counter()` in a loop on H200 hosts, 0.06 us
+# (bench/probes/host_cuda_api.py, bench/host/data/cuda_api_h200_*.json). Under phantom the patched
 # clock's own Python path is phantom's time, not the script's (HostAccount.api_enter).
 CLOCK_READ_NS = 60.0
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from phantom.sim import Simulation
 
 # CUDA and NCCL versions the simulated software stack reports: what torch 2.11's CUDA 13
-# wheel runs on the GPU hosts phantom's measurements come from (bench/README.md).
+# wheel runs on the GPU hosts phantom's measurements come from.
 SIMULATED_CUDA_VERSION = "13.0"
 SIMULATED_NCCL_VERSION = (2, 28, 9)  # what torch 2.11 (CUDA 13) loads on the measured GPU hosts
 
@@ -32,9 +32,8 @@ SIMULATED_NCCL_VERSION = (2, 28, 9)  # what torch 2.11 (CUDA 13) loads on the me
 # What each call costs the node's host, in ns: torch.cuda's Python wrapper and the CUDA runtime
 # call under it (a current-stream query builds a Python Stream object; a stream context queries
 # and sets the current stream twice; `wait_stream` records an event and waits on it). Medians
-# of bench/host_cuda_api.py on two lent H200 hosts, two rounds each (torch 2.11, Intel Xeon
-# hosts, 2026-11-26; bench/data/session21/device_cuda_api*/; the last six on the second host
-# only). Its `stream_wait_stream` case also queries the current stream, and its `set_stream`
+# of bench/probes/host_cuda_api.py on two H200 hosts, two rounds each (torch 2.11, Intel Xeon
+# hosts; bench/host/data/cuda_api_h200_*.json; the last six on the second host only). Its `stream_wait_stream` case also queries the current stream, and its `set_stream`
 # case the default stream: those are taken off here. Under phantom each call is a Python
 # function of the simulation whose own time is phantom's, not the script's: it is left out
 # (HostAccount.api_enter) and these are charged instead, as the node's launch cost is for a
@@ -57,8 +56,8 @@ NODE_HOST_NS = {
     "stream_new": 1_200.0,
     "record_stream": 470.0,  # Tensor.record_stream(s) (patches._patch_record_stream)
     # A torch.compile'd function called with its graph cached (interception/compiled.py `install`): Dynamo's
-    # guards and Inductor's wrapper, 24-26 us a call with one kernel on a lent H200 host
-    # (bench/host_compiled_call.py, data/session22/device_compiled_call), less that kernel's
+    # guards and Inductor's wrapper, 24-26 us a call with one kernel on an H200 host
+    # (bench/probes/host_compiled_call.py, bench/host/data/compiled_call_h200_*.json), less that kernel's
     # launch, which is charged with it (HOST_KERNEL_LAUNCH_NS).
     "compiled_call": 21_000.0,
     # One graph of a torch.compile'd program run by Inductor's generated wrapper
@@ -67,9 +66,9 @@ NODE_HOST_NS = {
     "compiled_graph": 5_000.0,
     # One graph of a torch.compile(mode="reduce-overhead") program replayed by Inductor's CUDA
     # graph trees (interception/compiled.py CudaGraphTree): the trees' checks and bookkeeping
-    # around the replay, whose launch is charged by its size (engine/graphs.py). On a lent H200
+    # around the replay, whose launch is charged by its size (engine/graphs.py). On an H200
     # host a compiled 5-kernel MLP call cost 32-38 us less in reduce-overhead than in default
-    # mode (bench/cuda_graphs.py `call` rows, data/session25/device_calls_h200): default pays
+    # mode (bench/suites/cuda_graphs.py `call` rows, bench/host/data/cuda_graphs_calls_h200.jsonl): default pays
     # the generated wrapper (5 us) and five launches (~9 us each), reduce-overhead this and a
     # ~6 us replay, which leaves ~10 us.
     "cudagraph_tree_call": 10_000.0,

@@ -12,7 +12,7 @@ next rows fill them in, and each such store costs about a sector's traffic, wher
 costs its own bytes.
 
 Measured by bench/kernels/mix_order_probe.py (data in
-bench/data/session37/device_mix_order_probe_{h100,h200}/mix_order_probe.json): a float8 block's
+bench/kernels/results/mix_order_probe_{H100,H200}.json): a float8 block's
 norm backward with 1-3 transposed casts took 13-18 ps an element a cast more than the same
 kernel without them on an H100, at 3 sizes, and 13-15 ps on an H200, whose memory is 1.4x as
 fast: the cost does not follow memory bandwidth but the SMs and L2, which the two share (132

@@ -263,8 +263,8 @@ class PhantomMode(FakeTensorMode):
         there, the coordinator and the other ranks run on its core and evict its caches, so
         the script's next ops reached this handler slowly, and that path is in the gap charged
         to the script: a LayerNorm-Linear-GELU-add block charged ~70 us alone was charged
-        ~170-200 us right after a collective, on top of the wake-up credit (Session 40,
-        `bench/collective_cold_block.py`). A real GPU host never sleeps there. Warming the
+        ~170-200 us right after a collective, on top of the wake-up credit
+        (`bench/probes/collective_cold_block.py`). A real GPU host never sleeps there. Warming the
         path here, in phantom's own time, leaves the script's code its own misses only.
 
         Without autograd: the ops must leave no trace the script can see, and a round trip

@@ -15,7 +15,7 @@ not pickle).
   (`serialization.skip_data(materialize_fake_tensors=True)`): each fake storage is a record
   of its real size, left unwritten, and loads back onto its device. An object with no fake
   tensor is saved as torch saves it. In one that has both, torch's context also leaves the
-  real CPU storages unwritten: their values load back as zeros (README, "Checkpoints and
+  real CPU storages unwritten: their values load back as zeros (docs/simulation.md, "Checkpoints and
   data files").
 """
 from __future__ import annotations

@@ -189,7 +189,7 @@ def main() -> int:
         if config.transformer_engine != "simulated" and _needs_transformer_engine(e):
             print("phantom: NVIDIA Transformer Engine is not installed here (it needs a GPU "
                   "to build); phantom simulates it: rerun with `phantom run "
-                  "--transformer-engine simulated ...` (README, 'Megatron-Core').", file=sys.stderr)
+                  "--transformer-engine simulated ...` (docs/frameworks.md, 'Megatron-Core').", file=sys.stderr)
         exit_code = 1
     sys.stdout.flush()
     # The script is done: the interpreter's exit-time collections are not the script's time,

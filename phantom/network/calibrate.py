@@ -2,7 +2,7 @@
 
     torchrun --nproc-per-node N -m phantom.network.calibrate --out FILE.json     # on the GPU machine
 
-The calibration grid is deliberately off the accuracy benchmark's grid (bench/collectives.py
+The calibration grid is deliberately off the accuracy benchmark's grid (bench/suites/collectives.py
 uses float32 at powers of two): bfloat16 at 3 x 2^k bytes. Times are GPU-only: the stream
 is first held by `torch.cuda._sleep` while the host enqueues every repetition, so host
 launch cost (which phantom simulates separately) is not in the numbers. The median of

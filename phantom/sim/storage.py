@@ -126,7 +126,7 @@ class Storage:
         DeviceThreadHandlePool) and keys the workspaces by handle and stream, so the autograd
         engine's device thread, which runs the backward's GEMMs, holds workspaces of its own:
         a real H100 ran a training step with 32 MiB per stream for the forward's GEMMs and
-        32 MiB more for the backward's (bench/live_blocks.py). A thread's identity stands for
+        32 MiB more for the backward's (bench/probes/live_blocks.py). A thread's identity stands for
         its handle here (a thread that ends returns its handle for the next to reuse, as a
         recycled thread id does)."""
         key = (threading.get_ident(), stream_id)

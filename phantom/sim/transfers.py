@@ -79,7 +79,7 @@ class Transfers:
         if blocking:
             # The copy's launch, its latency, the copy and the wait make the whole round trip:
             # ~10 us for a scalar on an idle stream, against `x.item()` taking 7.8 and 11.0 us
-            # in all on an H100 host (bench/host_sync_cost.py); nothing follows the wait.
+            # in all on an H100 host (bench/probes/host_sync_cost.py); nothing follows the wait.
             h1 = sim.timeline.host_ns
             sim.timeline.synchronize_stream(stream_id)
             if sim.recorder is not None:

@@ -9,7 +9,7 @@ TE's `FusedAdam` and multi-tensor kernels. This package answers for the parts of
 API those paths use, doing the same GPU work (the same GEMMs, norms, attention kernels and
 tensor-parallel collectives, in TE's order and on its streams) through torch ops that phantom
 prices, so a TE spec script runs unchanged. What it covers and what it refuses is listed in
-README.md ("Megatron-Core", Transformer Engine). FP8 execution is not simulated: a script that
+docs/frameworks.md ("Megatron-Core", Transformer Engine). FP8 execution is not simulated: a script that
 turns it on gets a clear error.
 
 The directory holding this file is put on the import path for the name `transformer_engine`

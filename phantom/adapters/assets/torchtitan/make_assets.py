@@ -11,8 +11,8 @@ c4_tiny/    data.jsonl, 4 documents of synthetic text, each exactly 8191 bytes, 
             BOS token each document is 8192 input tokens: every training sample of length
             8192 (or of a length that divides it) lies inside one document, and torchtitan's
             block-causal (per-document) attention mask equals the causal mask. That is the
-            assumption the simulation makes (README, "TorchTitan"), so the real run
-            (bench/torchtitan.py real) computes the same attention.
+            assumption the simulation makes (docs/frameworks.md, "TorchTitan"), so the real run
+            (bench/suites/torchtitan.py real) computes the same attention.
 """
 from __future__ import annotations
 

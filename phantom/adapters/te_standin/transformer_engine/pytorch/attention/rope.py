@@ -9,7 +9,7 @@ the one fused kernel Inductor makes of it, at the node's cost of a compiled call
 
 The rotation is not compiled with autograd on: each call would then run Dynamo's guards and
 AOTAutograd's runtime wrappers forward and backward, ~200 us of host time a call on a GPU host
-(bench/host_compiled_call.py --training times such calls), where TE spends one extension call;
+(bench/probes/host_compiled_call.py --training times such calls), where TE spends one extension call;
 at two calls a layer that makes large Megatron configurations host-bound.
 """
 from __future__ import annotations

@@ -51,8 +51,8 @@ def warn_once(key: str, message: str) -> None:
 def refuse(message: str) -> None:
     from phantom.errors import SimulationError
 
-    raise SimulationError(f"phantom: {message} (simulated Transformer Engine; README "
-                          "'Megatron-Core').")
+    raise SimulationError(f"phantom: {message} (simulated Transformer Engine; "
+                          "docs/frameworks.md, 'Megatron-Core').")
 
 
 def set_tensor_model_parallel_attributes(tensor: torch.Tensor, is_parallel: bool, dim: int,
