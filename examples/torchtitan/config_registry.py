@@ -157,5 +157,5 @@ def qwen3_moe_debug() -> Trainer.Config:
 def qwen3_30b_a3b() -> Trainer.Config:
     """Qwen3 30B-A3B (128 experts, top 8, 3B active): torchtitan's own config (FSDP over all
     ranks, local batch 2, seq 4096, full AC). Under phantom, experts are load-balanced
-    (README "TorchTitan"); add `--parallelism.expert_parallel_degree N` for EP."""
+    (docs/frameworks.md, "TorchTitan"); add `--parallelism.expert_parallel_degree N` for EP."""
     return _ready(qwen3_configs.qwen3_30b_a3b(), steps=6)
