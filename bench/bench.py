@@ -134,11 +134,9 @@ class Suite:
     read: Callable[[dict], dict[str, float]]
     setups: list[Setup]
     metric: str = "ms per iteration"
-    higher_is_better: bool = False  # tokens/s
     sim_out: str = "json"  # how the suite's sim mode writes: json (--json FILE), prefix (--out P: P.json), md (--out FILE)
     sim_needs_real: bool = True
     row_label: str = "config"
-    native_sim_key: str = "rows"  # where a prefix-style sim JSON keeps its rows
     one_script: bool = False  # the same script on the GPU (python) and under `phantom run`, JSON lines out
 
 
@@ -170,12 +168,11 @@ SUITES = [
           "pipeline engine and the FusedLion / FusedLamb optimizers.", "deepspeed.py", read_deepspeed,
           [Setup("h200x2", "H200", [], ["--gpu", "H200"]),
            Setup("h200", "H200", ["--nproc", "1", "--configs", "z2-1b-lion,z0-1b-lamb,z2-1b"],
-                 ["--gpu", "H200", "--configs", "z2-1b-lion,z0-1b-lamb,z2-1b"])], sim_out="prefix",
-          native_sim_key="results"),
+                 ["--gpu", "H200", "--configs", "z2-1b-lion,z0-1b-lamb,z2-1b"])], sim_out="prefix"),
     Suite("megatron", "Megatron-Core", "examples/megatron/pretrain_gpt.py (Megatron-Core 0.16, GPT 1.7B) on "
           "2 GPUs: TP 2 with sequence parallelism (local and SDPA attention), DP 2 with the distributed "
           "optimizer.", "megatron.py", read_megatron, [Setup("h200x2", "H200", [], ["--gpu", "H200"])],
-          sim_out="prefix", sim_needs_real=False, native_sim_key="results"),
+          sim_out="prefix", sim_needs_real=False),
     Suite("nonllm", "Vision, diffusion and graph models", "Plain-PyTorch DDP scripts on 1 and 2 GPUs: "
           "torchvision ResNet-50, torch_geometric GAT, diffusers' Stable Diffusion UNet.", "nonllm.py",
           read_nonllm, [Setup("h200x2", "H200", [], ["--gpu", "H200"])], sim_out="md", row_label="workload x GPUs"),
@@ -192,8 +189,7 @@ SUITES = [
                   "8B-fsdp4-bs1-sac-dec2024-compile-model-float8"]),
            Setup("h200x2", "H200", ["--configs", "8B-fsdp2-bs1-sac,8B-fsdp2-bs2-full,8B-tp2-bs1-full"],
                  ["--gpu", "H200", "--configs", "8B-fsdp2-bs1-sac,8B-fsdp2-bs2-full,8B-tp2-bs1-full"])],
-          metric="tokens/s per GPU", higher_is_better=True, sim_out="prefix", sim_needs_real=False,
-          native_sim_key="results"),
+          metric="tokens/s per GPU", sim_out="prefix", sim_needs_real=False),
     Suite("workloads", "Library workloads", "Scripts written the way each library's users write them, never "
           "tuned against phantom: the Hugging Face Trainer, timm with fp16 and a GradScaler, PyTorch Lightning; "
           "and training patterns (fp16 tied weights, DDP no_sync, FSDP1, TP + loss_parallel, pipelining, "
@@ -206,13 +202,12 @@ SUITES = [
                                            "float8-tensorwise-compile,float8-rowwise-compile,float8-rowwise-gw-hp-compile,"
                                            "float8-tensorwise-eager"], [])],
           sim_out="prefix", row_label="workload"),
-]
-SUITES.append(
     Suite("cuda_graphs", "CUDA graphs and torch.compile", "A small GPT (4 layers, width 512, bf16, 256 tokens) at "
           "batch 2 (host-bound) and 16, training and inference steps: eager, captured whole in a CUDA graph, "
           "through make_graphed_callables, and compiled with and without mode=\"reduce-overhead\".",
           "cuda_graphs.py", read_cuda_graphs, [Setup("h100", "H100", [], [])], metric="ms per step",
-          sim_needs_real=False, one_script=True, row_label="step"))
+          sim_needs_real=False, one_script=True, row_label="step"),
+]
 BY_NAME = {s.name: s for s in SUITES}
 
 
@@ -243,7 +238,7 @@ def software_here() -> dict:
     return sw
 
 
-def device_here(setup: Setup) -> str:
+def device_here() -> str:
     names = _sh(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]).splitlines()
     return f"{len(names)} x {names[0]}" if names else "unknown"
 
@@ -305,7 +300,7 @@ def cmd_real(args: argparse.Namespace) -> None:
         _run(cmd)
         native = _json_lines(out) if suite.one_script else json.loads(out.read_text())
     rows = suite.read(native)
-    path = write_result(suite, setup, "real", rows, device_here(setup), software_here(),
+    path = write_result(suite, setup, "real", rows, device_here(), software_here(),
                         f"python bench/bench.py real {suite.name} --setup {setup.tag}", native)
     print(f"{len(rows)} rows -> {path.relative_to(REPO)}")
 
@@ -348,8 +343,7 @@ def cmd_sim(args: argparse.Namespace) -> None:
         else:
             cmd += ["--out", str(out)]
         if args.run_args:
-            flag = {"single_gpu": "--run-args", "host_bound": "--run-args", "distributed": "--phantom-args",
-                    "megatron": None}.get(suite.name)
+            flag = {"single_gpu": "--run-args", "host_bound": "--run-args", "distributed": "--phantom-args"}.get(suite.name)
             if not flag:
                 sys.exit(f"{suite.name}: --run-args is not passed through by this suite")
             cmd += [flag, args.run_args]
@@ -364,7 +358,8 @@ def cmd_sim(args: argparse.Namespace) -> None:
 def _finish_sim(suite: Suite, setup: Setup, args: argparse.Namespace, native: dict) -> None:
     rows = suite.read(native)
     flags = f" --run-args {shlex.quote(args.run_args)}" if args.run_args else ""
-    command = f"python bench/bench.py sim {suite.name} --setup {setup.tag}{flags}"
+    extra = f" -- {shlex.join(args.extra)}" if args.extra else ""
+    command = f"python bench/bench.py sim {suite.name} --setup {setup.tag}{flags}{extra}"
     if args.no_write:
         print(json.dumps(rows, indent=1))
         return
@@ -423,18 +418,26 @@ def setup_files(suite: Suite, setup: Setup) -> tuple[list[dict], list[dict]]:
     return [f for f in files if f["kind"] == "real"], [f for f in files if f["kind"] == "sim"]
 
 
-def collective_groups(rows: list[Row]) -> list[Row]:
-    """Collectives by op and size range (issue bounds: below 1 MiB, from 1 MiB): one row each,
-    the mean |error| of its points carried as the row's single sim value against a real of 1."""
-    groups: dict[str, list[float]] = {}
+def collective_groups(rows: list[Row]) -> dict[str, list[Row]]:
+    """Collectives by op and message size (below 1 MiB, from 1 MiB), the rows with an error."""
+    groups: dict[str, list[Row]] = {}
     for r in rows:
-        e = r.error_pct()
-        if e is None:
+        if r.error_pct() is None:
             continue
         op, size = r.name.rsplit(" ", 1)
-        rng = "< 1 MiB" if int(size) < 1 << 20 else ">= 1 MiB"
-        groups.setdefault(f"{op}, {rng}", []).append(e)
-    return [Row(k, [100.0], [100.0 + statistics.mean(abs(x) for x in v)]) for k, v in groups.items()]
+        groups.setdefault(f"{op}, {'below 1 MiB' if int(size) < 1 << 20 else 'from 1 MiB'}", []).append(r)
+    return groups
+
+
+def errors(suite: Suite, rows: list[Row]) -> tuple[list[float], list[float]]:
+    """The |errors| a suite's mean is taken over, and those its max is: its rows' for most
+    suites; for collectives each (op, size range) group's mean |error| for the mean, as the
+    per-op target reads, and every point for the max."""
+    points = [abs(e) for r in rows if (e := r.error_pct()) is not None]
+    if suite.name != "collectives":
+        return points, points
+    groups = collective_groups(rows).values()
+    return [statistics.mean(abs(r.error_pct()) for r in g) for g in groups], points
 
 
 def compare_lines(suite: Suite, setup: Setup) -> list[str]:
@@ -456,13 +459,7 @@ def compare_lines(suite: Suite, setup: Setup) -> list[str]:
 def collectives_lines(rows: list[Row], setup: Setup) -> list[str]:
     lines = ["| op, message size | points | mean \\|error\\| | max \\|error\\| | least error against every real "
              "sample (mean) | reproduce |", "|---|---|---|---|---|---|"]
-    groups: dict[str, list[Row]] = {}
-    for r in rows:
-        if r.error_pct() is None:
-            continue
-        op, size = r.name.rsplit(" ", 1)
-        groups.setdefault(f"{op}, {'below 1 MiB' if int(size) < 1 << 20 else 'from 1 MiB'}", []).append(r)
-    for name, rs in groups.items():
+    for name, rs in collective_groups(rows).items():
         errs = [abs(r.error_pct()) for r in rs]
         floors = [least_error_pct(r.real) for r in rs if len(r.real) > 1]
         floor = f"{statistics.mean(floors):.1f}%" if floors else "-"
@@ -485,8 +482,8 @@ def reproduce(suite: Suite, setup: Setup, row: str) -> str:
 
 def setup_summary(suite: Suite, setup: Setup) -> tuple[float, float, int] | None:
     real, sim = setup_files(suite, setup)
-    rows = pool(real, sim)
-    return summary(collective_groups(rows) if suite.name == "collectives" else rows)
+    for_mean, for_max = errors(suite, pool(real, sim))
+    return (statistics.mean(for_mean), max(for_max), len(for_mean)) if for_mean else None
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
@@ -519,14 +516,14 @@ def anchor(suite: Suite) -> str:
 
 def suite_summary(suite: Suite) -> tuple[float, float, int, list[str]] | None:
     """Every setup's rows of a suite: mean and max |error|, the row count, the real devices."""
-    errs, devices = [], []
+    for_mean, for_max, devices = [], [], []
     for setup in suite.setups:
         real, sim = setup_files(suite, setup)
-        rows = pool(real, sim)
-        rows = collective_groups(rows) if suite.name == "collectives" else rows
-        errs += [abs(e) for r in rows if (e := r.error_pct()) is not None]
+        setup_mean, setup_max = errors(suite, pool(real, sim))
+        for_mean += setup_mean
+        for_max += setup_max
         devices += [real[0]["device"]] if real and sim else []
-    return (statistics.mean(errs), max(errs), len(errs), devices) if errs else None
+    return (statistics.mean(for_mean), max(for_max), len(for_mean), devices) if for_mean else None
 
 
 def accuracy_rows(link: str = "bench/README.md") -> list[str]:
@@ -580,12 +577,13 @@ def readme() -> str:
               "8 to 1,024 simulated GPUs); it has no real side.", "",
               "## Older measurements", "",
               "The measurement notebook this folder grew from (every earlier run, probe and analysis, with "
-              f"its data) is kept in git: `git checkout notebook-archive` (commit {tag_commit()}).", ""]
+              f"its data) is kept in git: `git checkout notebook-archive` (commit {ARCHIVE_COMMIT}).", ""]
     return "\n".join(lines)
 
 
-def tag_commit() -> str:
-    return _sh(["git", "-C", str(REPO), "rev-parse", "--short=12", "notebook-archive^{commit}"]) or "notebook-archive"
+# The last commit with the development-era measurements, probes and write-ups (tagged
+# notebook-archive): written as a hash, so that a clone without tags regenerates the same README.
+ARCHIVE_COMMIT = "97dee69c2651"
 
 
 def write_accuracy_table(path: Path) -> None:

@@ -86,9 +86,9 @@ class RunConfig:
     """How many times as fast as the simulated node's host CPU this machine runs the script's
     Python and PyTorch host code."""
     host_gaps: str = option("--host-gaps", "steady", choices=("steady", "measured"))
-    """How the script's host time between two ops is charged: `steady`, from the second
-    iteration on, at the mean of that point of the last few iterations; `measured`, every gap
-    as measured on this machine."""
+    """How the script's host time between two ops is charged: `steady`, from the third
+    iteration on (the first, with the script's set-up, is not remembered), at the mean of that
+    point of the last few iterations; `measured`, every gap as measured on this machine."""
     host_pace: str = option("--host-pace", "auto", choices=HOST_PACES, env="PHANTOM_HOST_PACE")
     """How this machine's speed now is read, to convert measured host time: `process`, the
     reference CPU step timed by a process beside the ranks, which also follows slow states of

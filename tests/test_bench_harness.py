@@ -1,5 +1,8 @@
-"""bench/bench.py: the compare logic on small fixtures, the suites' readers, and the README it
-generates from the committed results (a stale bench/README.md fails here)."""
+"""bench/bench.py: the compare logic on small fixtures, the suites' readers, and the READMEs it
+generates from the committed results (a stale bench/README.md or README.md table fails here);
+and bench/'s scripts import only what phantom has."""
+import ast
+import importlib
 import importlib.util
 import json
 import sys
@@ -16,7 +19,8 @@ def bench():
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up while being built
     spec.loader.exec_module(module)
-    return module
+    yield module
+    del sys.modules[spec.name]
 
 
 def _run(rows, kind="real"):
@@ -54,11 +58,18 @@ def test_the_least_error_is_reached_by_one_value_and_no_value_does_better(bench)
 
 
 def test_collectives_are_summarised_by_op_and_size_range(bench):
-    real = [_run({"all_reduce 4096": 10.0, "all_reduce 2097152": 100.0, "broadcast 4096": 20.0})]
-    sim = [_run({"all_reduce 4096": 12.0, "all_reduce 2097152": 95.0, "broadcast 4096": 19.0}, "sim")]
-    groups = {r.name: r.error_pct() for r in bench.collective_groups(bench.pool(real, sim))}
-    assert groups == {"all_reduce, < 1 MiB": pytest.approx(20.0), "all_reduce, >= 1 MiB": pytest.approx(5.0),
-                      "broadcast, < 1 MiB": pytest.approx(5.0)}
+    real = [_run({"all_reduce 4096": 10.0, "all_reduce 8192": 10.0, "all_reduce 2097152": 100.0,
+                  "broadcast 4096": 20.0})]
+    sim = [_run({"all_reduce 4096": 12.0, "all_reduce 8192": 11.0, "all_reduce 2097152": 95.0,
+                 "broadcast 4096": 19.0}, "sim")]
+    rows = bench.pool(real, sim)
+    groups = {name: [r.name for r in rs] for name, rs in bench.collective_groups(rows).items()}
+    assert groups == {"all_reduce, below 1 MiB": ["all_reduce 4096", "all_reduce 8192"],
+                      "all_reduce, from 1 MiB": ["all_reduce 2097152"], "broadcast, below 1 MiB": ["broadcast 4096"]}
+    for_mean, for_max = bench.errors(bench.BY_NAME["collectives"], rows)
+    # the mean over (op, size range) groups, the max over every point
+    assert for_mean == [pytest.approx(15.0), pytest.approx(5.0), pytest.approx(5.0)]
+    assert max(for_max) == pytest.approx(20.0) and len(for_max) == 4
 
 
 def test_the_readers_take_the_suites_own_output(bench):
@@ -86,9 +97,9 @@ def test_every_results_file_carries_its_provenance(bench):
         assert d["setup"] in {s.tag for s in bench.BY_NAME[d["suite"]].setups}
 
 
-def test_the_report_regenerates_the_committed_readme(bench, tmp_path):
+def test_the_report_regenerates_the_committed_readme(bench, tmp_path, monkeypatch):
     out = tmp_path / "README.md"
-    sys.argv = ["bench.py", "report", "--out", str(out)]
+    monkeypatch.setattr(sys, "argv", ["bench.py", "report", "--out", str(out)])
     bench.main()
     committed = (REPO / "bench" / "README.md").read_text()
     assert out.read_text() == committed, "bench/README.md is stale: run `python bench/bench.py report`"
@@ -110,3 +121,38 @@ def test_the_accuracy_table_goes_between_the_markers_and_nowhere_else(bench, tmp
     readme.write_text("no markers\n")
     with pytest.raises(SystemExit):
         bench.write_accuracy_table(readme)
+
+
+def test_the_readme_accuracy_table_is_current(bench, tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text((REPO / "README.md").read_text())
+    bench.write_accuracy_table(readme)
+    assert readme.read_text() == (REPO / "README.md").read_text(), \
+        "README.md's accuracy table is stale: run `python bench/bench.py report --readme README.md`"
+
+
+def _phantom_imports(path: Path) -> list[tuple[int, str, list[str]]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("phantom"):
+            found.append((node.lineno, node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name, []) for a in node.names if a.name.startswith("phantom")]
+    return found
+
+
+def test_bench_scripts_import_only_what_phantom_has():
+    """A module or name phantom moved or renamed breaks a bench script only when it runs on a
+    lent GPU: caught here instead."""
+    missing = []
+    for path in sorted((REPO / "bench").rglob("*.py")):
+        for line, module, names in _phantom_imports(path):
+            try:
+                imported = importlib.import_module(module)
+            except ImportError as e:
+                missing.append(f"{path.relative_to(REPO)}:{line}: {module} ({e})")
+                continue
+            for name in names:
+                if not hasattr(imported, name) and importlib.util.find_spec(f"{module}.{name}") is None:
+                    missing.append(f"{path.relative_to(REPO)}:{line}: {module}.{name}")
+    assert missing == []

@@ -244,7 +244,7 @@ def test_a_wake_up_warms_the_handler_path_unless_turned_off(monkeypatch):
     off = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     off.host.warm_dispatch_paths = lambda: calls.append(2)
     off.host.woke_up()
-    assert calls == [1] and off.host.summary()["rewarm_after_wake"] is False
+    assert calls == [1] and off.host.gaps_report()["rewarm_after_wake"] is False
 
 
 def test_a_failing_warm_up_is_reported_once_and_turned_off(capsys):
@@ -262,7 +262,7 @@ def test_a_failing_warm_up_is_reported_once_and_turned_off(capsys):
     sim.host.woke_up()
     sim.host.woke_up()
     assert calls == [1] and sim.host.wake_ups == 2
-    assert sim.host.summary()["rewarm_after_wake"] is False
+    assert sim.host.gaps_report()["rewarm_after_wake"] is False
     assert capsys.readouterr().err.count("warming the dispatch path after a collective failed") == 1
 
 
@@ -692,7 +692,7 @@ def test_the_calibrations_fake_block_starts_its_own_gap():
     sim = Simulation(SimOptions.for_run(RunConfig(host_speed=1.0), get_gpu("H100")))
     now = [0]
     sim.host.clock = lambda: now[0]
-    calibration.measure_raw_gaps(sim.host)
+    sim.host.measure_raw_gaps()
 
     def fake_step():  # one handler entry after 2 us of the script's time
         now[0] += 2_000
@@ -797,7 +797,7 @@ def test_the_calibration_measures_this_machine_not_the_ranks_pace():
     assert sim.host.rank_pace > 1.05
     now = [0]
     sim.host.clock = lambda: now[0]
-    calibration.measure_raw_gaps(sim.host)
+    sim.host.measure_raw_gaps()
 
     def fake_step():
         now[0] += 2_000

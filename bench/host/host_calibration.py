@@ -3,7 +3,7 @@
 Run on a GPU machine (`python bench/host/host_calibration.py --out host_<gpu>.json`) and on the
 simulating machine (`--no-cuda`); under `phantom run --gpu H200` it gives the simulated host
 cost of the same eager ops (perf_counter is the simulated host clock there). The per-op eager launch cost calibrates
-HOST_KERNEL_LAUNCH_NS and GEMM_EXTRA_HOST_NS in phantom/context.py. The pure-Python score
+HOST_KERNEL_LAUNCH_NS and GEMM_EXTRA_HOST_NS in phantom/host/account.py. The pure-Python score
 compares machines; it turned out a poor predictor of framework overhead (the lent H100 host
 scored 1.8x slower than the H200 host but launched eager ops only 1.4x slower), so phantom
 does not scale by it (README, "Host time").

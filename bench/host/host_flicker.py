@@ -1,4 +1,4 @@
-"""How a machine's CPU speed changes over time: the pure-Python probe of phantom.engine.host,
+"""How a machine's CPU speed changes over time: the pure-Python probe of phantom.host.machine,
 re-run back to back for `--seconds` on one core (or on `--cores` cores at once, one process
 each), summarised as slowdowns against the fastest probe seen.
 
@@ -23,7 +23,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from phantom.engine.host import SLOW_STATE, _probe_ns  # noqa: E402
+from phantom.host.machine import probe_ns as _probe_ns  # noqa: E402
+from phantom.host.speed import SLOW_STATE  # noqa: E402
 
 PROBE_N = 500  # ~0.15 ms a probe on a 2-core simulating machine: fine enough to see sub-ms spells
 WINDOWS_MS = (10, 50, 100, 1000)

@@ -1,7 +1,7 @@
 """phantom's per-entry dispatch overhead, measured on several training steps instead of one.
 
 phantom takes a fixed cost per handler entry off every measured host gap
-(`Simulation.calibrate_dispatch_overhead`): the difference between a tiny training step on fake
+(`phantom.host.calibration.calibrate`): the difference between a tiny training step on fake
 CUDA tensors and the same step on real CPU tensors, spread over the fake step's handler entries.
 In a host-bound run that subtraction is most of the measured gap (hf-llama-small: ~8,250
 entries a step x ~19.5 µs against ~185 ms of gaps), so a 10% error in it moves the step by
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import gc
 import importlib.util
 import statistics
 import sys
@@ -30,7 +29,10 @@ from typing import Callable
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from phantom.engine.host import CALIBRATION_SHAPE, training_step
+from phantom.host import calibration
+from phantom.host.calibration import CALIBRATION_SHAPE
+from phantom.host.machine import training_step
+from phantom.interception import current_simulation
 from phantom.interception import mode as phantom_mode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,7 +158,7 @@ def measure(sim, make, pairs: int) -> dict:
         fake()
     ENTRIES.clear()
     rows = []
-    for fake_ns, real_ns, _ in sim.paired_blocks(fake, real, pairs, STEPS):
+    for fake_ns, real_ns, _ in calibration.paired_blocks(sim.host, fake, real, pairs, STEPS):
         rows.append((fake_ns / STEPS, real_ns / STEPS, {k: v / STEPS for k, v in ENTRIES.items()}))
         ENTRIES.clear()  # the counts of one fake block at a time
     entries = rows[-1][2]
@@ -171,13 +173,13 @@ def main() -> None:
     parser.add_argument("--workloads", default="calib,calib_no,mlp_no,mlp16_no,gpt2_no,gpt6_no,llama_no,gpt6,llama,mlp16")
     parser.add_argument("--pairs", type=int, default=11)
     args = parser.parse_args()
-    sim = next(cb.__self__ for cb in gc.callbacks if getattr(cb, "__name__", "") == "on_gc")
+    sim = current_simulation()
     _count_entries()
     torch.set_num_threads(1)
-    sim.measure_raw_gaps()  # as the calibration measures
+    sim.host.measure_raw_gaps()  # as the calibration measures
     # ... net of freed storages, as the calibration measures (a run takes each freed storage's
     # cost off on its own, and deeper models free more storages per entry)
-    sim.release_overhead_ns = sim._measure_release_cost(args.pairs)[0]
+    sim.host.release_overhead_ns = calibration._measure_release_cost(sim.host, args.pairs)[0]
     calib = None
     print("| workload | fake µs/step | CPU µs/step | entries | metadata share | overhead µs/entry | per_calib |")
     print("|---|---|---|---|---|---|---|")

@@ -1,5 +1,5 @@
 """Host cost of calling a torch.compile'd function on a GPU host, against the same function run
-eagerly: what phantom charges for a compiled call (Simulation.begin_fused_region).
+eagerly: what phantom charges for a compiled call (Fusion.begin_region).
 
     python bench/probes/host_compiled_call.py --out compiled_call.json      # on a GPU host
     python bench/probes/host_compiled_call.py --training --out compiled_training.json

@@ -1,6 +1,6 @@
 """How much of the speed probe's correction a run's host charge should take, from repeated runs.
 
-phantom scales every measured host gap by its speed factor (`Simulation._gap_scale`: the probe's
+phantom scales every measured host gap by its speed factor (`HostAccount.gap_scale`: the probe's
 best time over its recent times, times the host speed) before taking the per-entry overhead off.
 If the probe tracked the PyTorch host path exactly, repeated runs of one script would charge
 the same host time however fast the machine ran. `record` runs a script under phantom and saves,
@@ -15,7 +15,6 @@ correction, 1: phantom's, which is itself the probe's swing at half strength,
 """
 from __future__ import annotations
 
-import gc
 import json
 import math
 import runpy
@@ -28,14 +27,15 @@ STEADY = range(3, 10)  # iterations whose charges are compared
 
 
 def record(out: str, script: list[str]) -> None:
-    from phantom.engine.host import SteadyGaps
+    from phantom.host.steady import SteadyGaps
+    from phantom.interception import current_simulation
 
-    sim = next(cb.__self__ for cb in gc.callbacks if getattr(cb, "__name__", "") == "on_gc")
+    sim = current_simulation()
     rows: list[tuple[int, float, float]] = []
     typical = SteadyGaps.typical
 
     def logged(self, site, gap):
-        rows.append((len(sim.iterations), gap, sim._gap_scale))
+        rows.append((len(sim.iterations), gap, sim.host.gap_scale))
         return typical(self, site, gap)
 
     SteadyGaps.typical = logged
@@ -49,7 +49,7 @@ def record(out: str, script: list[str]) -> None:
     finally:
         if not rows:
             return  # the script failed before its first gap: its own error follows
-        c = sim.dispatch_overhead_ns
+        c = sim.host.dispatch_overhead_ns
         fixed = {}
         for scale in FIXED_SCALES:
             charged: dict[int, float] = {}

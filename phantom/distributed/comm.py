@@ -159,7 +159,7 @@ class RankComm:
         tl = self.sim.timeline
         sid = self.nccl_stream(group)
         tl.stream_wait_stream(sid, self.sim.streams.current_id())
-        launch_ns = self.sim.host.charge_launch(COLLECTIVE_HOST_NS)  # at the slowest rank's pace
+        launch_ns = self.sim.host.at_pace(COLLECTIVE_HOST_NS)  # at the slowest rank's pace
         tl.advance_host(launch_ns)
         if self.sim.recorder is not None:
             self.sim.recorder.host_span("NCCL launch", tl.host_ns - launch_ns, tl.host_ns, "launch")

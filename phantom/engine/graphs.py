@@ -25,8 +25,8 @@ from phantom.engine.timeline import LAUNCH_LATENCY_NS, Event, Timeline
 
 # Host time of one `CUDAGraph.replay()` (torch's Python and C++, cudaGraphLaunch) by the graph's
 # kernel count, measured on an H100 host by bench/suites/cuda_graphs.py (`launch` rows, median of 25
-# calls; data in bench/results/cuda_graphs/real-h100-2026-11-26-1.json): linear between the points, and
-# past the last at the slope of the last two.
+# calls; the real H100 run in bench/results/cuda_graphs/): linear between the points, and past
+# the last at the slope of the last two.
 REPLAY_HOST_US = ((1, 6.46), (16, 4.89), (128, 16.62), (1024, 38.85))
 # Host time `capture_end` takes to instantiate a graph (cudaGraphInstantiate and upload), on
 # top of the capture's own launches: 0.2 ms + 4.4 us a node on the same host (the `launch`

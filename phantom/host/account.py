@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 from phantom.engine import Timeline
@@ -47,11 +48,15 @@ class HostAccount:
     """The script's host time on one rank, in simulated-host nanoseconds.
 
     `timeline` is the rank's timeline (the simulation replaces it after its start-up
-    calibration); `progress` prints a progress line, called every PROGRESS_EVERY_S of wall time.
+    calibration; `Simulation.timeline` reads it from here); `cache_dir` keeps this machine's
+    speed and calibration history; `host_speed`, `host_gaps` and `rank_spread` are the run's
+    options (SimOptions); `progress` prints a progress line, called every PROGRESS_EVERY_S of
+    wall time.
     """
 
-    def __init__(self, gpu: GPUSpec, timeline: Timeline, cache_dir, host_speed: float | None,
-                 host_gaps: str, rank_spread: float | None, progress: Callable[[], None]) -> None:
+    def __init__(self, gpu: GPUSpec, timeline: Timeline, cache_dir: Path | None,
+                 host_speed: float | None, host_gaps: str, rank_spread: float | None,
+                 progress: Callable[[], None]) -> None:
         self.gpu = gpu
         self.timeline = timeline
         self._host_gaps_mode = host_gaps
@@ -94,7 +99,6 @@ class HostAccount:
         self.list_real_ns = (0.0, 0.0)
         self._list_outputs_pending = 0  # tensors the last handler returned in a list
         self.list_tensors = 0  # list tensors charged at the node's cost
-        self.launch_host_ns = 0.0  # host time charged for kernel launches (not user time)
         # All host time of a rank of a multi-GPU run is charged at the pace of its host's
         # slowest rank (set_world; host.steady.straggler_pace); 1 on one GPU.
         self.rank_pace = 1.0
@@ -313,12 +317,10 @@ class HostAccount:
         self.timeline.advance_host(ns)
         self.end_op()
 
-    def charge_launch(self, node_ns: float) -> float:
-        """A kernel launch's (or collective's) host cost on the node, at the slowest rank's pace:
-        counted, and returned for the caller to put on the timeline."""
-        host_ns = node_ns * self.rank_pace
-        self.launch_host_ns += host_ns
-        return host_ns
+    def at_pace(self, node_ns: float) -> float:
+        """A fixed host cost of the node (a kernel launch, a collective's enqueue, a graph
+        replay) at the pace of its slowest rank, as every host cost is charged."""
+        return node_ns * self.rank_pace
 
     # -- this machine's speed -------------------------------------------------------------
     def sample_speed(self) -> None:
@@ -329,7 +331,7 @@ class HostAccount:
     def speed_variation(self) -> dict:
         return self.speed.variation()
 
-    def summary(self) -> dict:
+    def gaps_report(self) -> dict:
         """How the script's host gaps were charged (report: simulation.host_gaps)."""
         steady = self.steady
         share = steady.share() if steady is not None else None
@@ -346,6 +348,24 @@ class HostAccount:
                 "rewarm_after_wake": self._rewarm and self.warm_dispatch_paths is not None,
                 "calibration_contended": self.calibration_contended,
                 "api_calls": self.api_calls, "api_host_ns": self.api_host_ns}
+
+    def measure_raw_gaps(self) -> None:
+        """From here on charge every gap as measured, in this machine's raw ns, with nothing
+        taken off, no speed re-sampling and no progress lines: the state the start-up
+        calibration measures in (host.calibration)."""
+        self.steady = None
+        self.gap_scale = 1.0
+        # this machine's own gaps: a multi-GPU run's pace (set_world, set before the
+        # calibration) multiplied every calibration gap, and the overheads measured from them
+        # were taken off gaps that were then multiplied by it again
+        self.rank_pace = 1.0
+        self.dispatch_overhead_ns = 0.0
+        self.list_overhead_ns = self.list_real_ns = (0.0, 0.0)
+        self.release_overhead_ns = self.release_host_ns = self._release_credit = 0.0
+        self.api_overhead_ns = 0.0
+        self.wake_penalty_ns = self._wake_credit = 0.0
+        self._ops_until_speed_sample = 1 << 30
+        self.next_progress = float("inf")
 
     def reset_counts(self) -> None:
         """Forget what the start-up calibration's own work counted (the script starts now)."""

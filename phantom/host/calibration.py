@@ -11,20 +11,17 @@ import gc
 import os
 import random
 import statistics
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from phantom.host.account import REAL_NS
+from phantom.host.account import REAL_NS, HostAccount
 from phantom.host.machine import cpu_contended, training_step, wake_penalty_ns
 from phantom.host.pace import PACE_FILE_ENV, wait_for_pace
 from phantom.host.pace import PERIOD_S as PACE_PERIOD_S
 from phantom.host.speed import (API_CALL, DISPATCH_OVERHEAD, LIST_INPUT, LIST_OUTPUT, RELEASE,
                                 WAKE_PENALTY, code_fingerprint)
-
-if TYPE_CHECKING:
-    from phantom.host.account import HostAccount
 
 # Whether a run re-measures a full calibration history (`_recent_calibration`): its own
 # generator, so the script's `random` sequence is the same under phantom as without it.
@@ -81,7 +78,7 @@ REAL_STORAGE_NS = 1_300.0
 
 
 def calibrate(account: HostAccount, client: Any, forget_work: Callable[[], None],
-              pairs: int = CALIBRATION_PAIRS, steps: int = 4) -> float:
+              pairs: int = CALIBRATION_PAIRS, steps: int = 4) -> None:
     """Set `account`'s overheads: what reaching the handler costs per entry, in simulated-host
     ns (taken off every dispatched gap), and the other costs measured with it. In a
     distributed run (`client`: the rank's coordinator client) the first rank to get here
@@ -106,7 +103,6 @@ def calibrate(account: HostAccount, client: Any, forget_work: Callable[[], None]
     # mark at start-up, and its first op was charged the whole start-up (0.6-1.1 s on ranks 1-3
     # of a 4-rank run, against ~5 ms on the measuring rank).
     account.restart_gap()
-    return account.dispatch_overhead_ns
 
 
 def _measure(account: HostAccount, blocking: bool, forget_work: Callable[[], None], pairs: int,
@@ -158,7 +154,7 @@ def _measure(account: HostAccount, blocking: bool, forget_work: Callable[[], Non
         real_step()  # warm both
     fake_step()
     pace = account.rank_pace
-    measure_raw_gaps(account)
+    account.measure_raw_gaps()
     # Freed storages first: the per-entry overhead below is then measured net of them (a step
     # frees about one storage per op, and scripts free more or fewer than that)
     release_raw, release_best = _measure_release_cost(account, pairs)
@@ -219,31 +215,13 @@ def _recent_calibration(account: HostAccount, fingerprint: str, blocking: bool) 
             "release_overhead_ns": at_node[RELEASE], "api_overhead_ns": at_node[API_CALL]}
 
 
-def measure_raw_gaps(account: HostAccount) -> None:
-    """From here on charge every gap as measured, in this machine's raw ns, with nothing taken
-    off, no speed re-sampling and no progress lines: the state the calibration measures in."""
-    account.steady = None
-    account.gap_scale = 1.0
-    # this machine's own gaps: a multi-GPU run's pace (set_world, set before the calibration)
-    # multiplied every calibration gap, and the overheads measured from them were taken off
-    # gaps that were then multiplied by it again
-    account.rank_pace = 1.0
-    account.dispatch_overhead_ns = 0.0
-    account.list_overhead_ns = account.list_real_ns = (0.0, 0.0)
-    account.release_overhead_ns = account.release_host_ns = account._release_credit = 0.0
-    account.api_overhead_ns = 0.0
-    account.wake_penalty_ns = account._wake_credit = 0.0
-    account._ops_until_speed_sample = 1 << 30
-    account.next_progress = float("inf")
-
-
 def paired_blocks(account: HostAccount, fake_step: Callable[[], None],
                   real_step: Callable[[], None], pairs: int,
                   steps: int) -> Iterator[tuple[float, float, int]]:
     """Alternating blocks of `steps` calls of `fake_step` (under the simulation) and of
     `real_step` (on real tensors), `pairs` times: yields (the fake block's charged gaps, the
     real block's time, the fake block's handler entries), in this machine's ns under
-    `measure_raw_gaps`. Only gaps count on the fake side: the step's simulated syncs and
+    `HostAccount.measure_raw_gaps`. Only gaps count on the fake side: the step's simulated syncs and
     launches are not host time of this machine. A pair is yielded as soon as it is measured,
     so the caller can probe the machine's speed with it."""
     clock = account.clock
@@ -266,7 +244,7 @@ def paired_blocks(account: HostAccount, fake_step: Callable[[], None],
 
 def _charged_block(account: HostAccount, block: Callable[[], object]) -> tuple[float, object]:
     """Run `block` as a gap of its own and return what its gaps were charged, with what it
-    returned (kept alive until the charge is taken). Under `measure_raw_gaps`."""
+    returned (kept alive until the charge is taken). Under `HostAccount.measure_raw_gaps`."""
     account.restart_gap()
     u0 = account.user_host_ns
     result = block()
@@ -279,7 +257,7 @@ def _measure_release_cost(account: HostAccount, pairs: int, n: int = 256) -> tup
     """What a freed fake storage costs the gap it dies in, beyond freeing a CPU tensor: `n`
     small tensors made and dropped one by one against made and kept, on fake CUDA and on the
     CPU, in alternating blocks; the median per storage, in this machine's raw ns and at its
-    best speed. Under `measure_raw_gaps` (no release overhead taken off yet)."""
+    best speed. Under `HostAccount.measure_raw_gaps` (no release overhead taken off yet)."""
     clock = account.clock
 
     def make(keep: bool) -> list:
@@ -319,7 +297,7 @@ def _measure_list_costs(account: HostAccount, pairs: int, calls: int = 4) -> tup
     returned list on the way through the handler: foreach calls on LIST_PROBE tensors against
     the same calls on one, in alternating blocks (an in-place op for the inputs, an
     out-of-place one for inputs and outputs), the median of the pairs' differences. Under
-    `measure_raw_gaps`, with the freed storages' cost already taken off (the out-of-place
+    `HostAccount.measure_raw_gaps`, with the freed storages' cost already taken off (the out-of-place
     outputs die in the next gap): what is left is the tensors' own way."""
     long = [torch.zeros(8, device="cuda") for _ in range(LIST_PROBE)]
     short = long[:1]
@@ -349,7 +327,7 @@ def _measure_api_overhead(account: HostAccount, pairs: int, calls: int = 256) ->
     (the wrapper, its clock reads) adds to the gaps around it, beyond a real call's: blocks of
     `calls` `torch.cuda.current_stream()` calls (its cheapest wrapped call) against as many
     calls of a C function, alternating; the median of the pairs' per-call differences. Under
-    `measure_raw_gaps` (the call's node cost goes to the timeline, not to the gaps)."""
+    `HostAccount.measure_raw_gaps` (the call's node cost goes to the timeline, not to the gaps)."""
     clock = account.clock
     query = torch.cuda.current_stream
     real_call = REAL_NS  # a C function, as the real runtime call would be

@@ -193,8 +193,6 @@ def _stop(partner) -> None:
         partner.wait()
 
 
-
-
 def other_runnable_tasks(samples: int = 7, interval_s: float = 0.002) -> int | None:
     """How many tasks besides this one are runnable on the machine: the median over `samples`
     reads of /proc/loadavg's running count (which counts the reader); None where there is no

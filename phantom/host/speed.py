@@ -93,9 +93,6 @@ def _with_newest(by_code: dict[str, list], fingerprint: str, values: list[float]
     return dict(others[-(KEPT_VERSIONS - 1):] + [(fingerprint, values[-HISTORY:])])
 
 
-
-
-
 class HostSpeedNormalizer:
     """`factor` converts this machine's measured ns into ns at its best observed speed."""
 

@@ -35,7 +35,6 @@ def straggler_pace(ranks: int, spread: float) -> float:
     return math.exp(spread * expected_max_normal(ranks)) if ranks > 1 and spread > 0 else 1.0
 
 
-
 class SteadyGaps:
     """Host gaps of a training loop's steady state: the mean of the same point of the last
     few iterations.

@@ -35,6 +35,14 @@ def install(sim: "Simulation"):
     return mode
 
 
+def current_simulation() -> "Simulation | None":
+    """The simulation this process runs under, None outside `phantom run`: for probes and tools
+    that run under phantom and inspect it (bench/probes/)."""
+    from phantom.interception import cuda_api
+
+    return cuda_api._SIM
+
+
 def uninstall_gc_hook(sim: "Simulation") -> None:
     """Stop excluding garbage collections from host time (the script has finished)."""
     if sim.host.on_gc in gc.callbacks:

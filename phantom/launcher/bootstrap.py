@@ -163,7 +163,11 @@ def main() -> int:
     sim = Simulation(SimOptions.for_run(config, gpu, rank))
     if config.distributed:
         _install_distributed(sim, config, rank)
-    adapters.install()  # before the interception: framework modules imported from here on are patched
+    # The adapters' import hook first: a framework module imported from here on is patched as it
+    # loads. One a sitecustomize imported already is patched now, before torch.cuda is
+    # simulated, so an adapter's patch function must only rebind the framework's code, never
+    # call into CUDA.
+    adapters.install()
     interception.install(sim)
     if config.records:  # --out / --trace: after the start-up calibration, which is not the script's
         from phantom.report.recorder import Recorder, TraceOptions

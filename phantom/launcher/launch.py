@@ -77,7 +77,7 @@ def pace_mode(config: RunConfig, cpus: int | None = None) -> str:
 
 @contextlib.contextmanager
 def _pace_process(wanted: bool):
-    """With `wanted` (--host-pace process), the run's pace process (engine.pace), its file named
+    """With `wanted` (--host-pace process), the run's pace process (host.pace), its file named
     to the ranks in their environment (they inherit this process's)."""
     if not wanted:
         yield

@@ -107,7 +107,7 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "rank_spread": sim.gpu.host_rank_spread if sim.options.rank_spread is None else sim.options.rank_spread,
             "rank_pace": sim.host.rank_pace,
             "host_speed_variation": sim.host.speed_variation(),
-            "host_gaps": sim.host.summary(),
+            "host_gaps": sim.host.gaps_report(),
         },
     }
 

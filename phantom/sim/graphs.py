@@ -66,7 +66,7 @@ class Graphs:
             raise RuntimeError("phantom: replaying a CUDA graph inside another graph's capture is "
                                "not simulated")
         sim.fusion.flush()
-        host_ns = sim.host.charge_launch(replay_host_ns(graph.kernels))
+        host_ns = sim.host.at_pace(replay_host_ns(graph.kernels))
         h0 = sim.timeline.host_ns
         sim.timeline.advance_host(host_ns)
         if sim.recorder is not None:

@@ -23,10 +23,10 @@ from phantom.engine import Timeline
 from phantom.engine.power import governor_for
 from phantom.host import calibration
 from phantom.host.account import GEMM_EXTRA_HOST_NS, HOST_KERNEL_LAUNCH_NS, HostAccount
-from phantom.sim import values
 from phantom.memory import CachingAllocator
 from phantom.memory.history import MemoryHistory
 from phantom.native.build import cache_dir
+from phantom.sim import values
 from phantom.sim.fusion import Fusion
 from phantom.sim.graphs import Graphs
 from phantom.sim.options import SimOptions
@@ -51,11 +51,17 @@ class Iteration:
 
 
 class Simulation:
+    """One rank's simulated GPU and host: what every interception hook calls into.
+
+    Built once per rank process (launcher/bootstrap.py) before the interception is installed;
+    `calibrate_host` then measures phantom's own overheads, and from there on each CUDA op of the
+    script reaches `on_op`, each host gap `host.begin_op`, each sync `streams`.
+    """
+
     def __init__(self, options: SimOptions) -> None:
         self.options = options
         self.gpu = options.gpu
         self.device_count = options.device_count
-        self.timeline = self._new_timeline()
         self.cost_model = make_cost_model(options.gpu, options.db_paths, record=options.record_ops,
                                           use_shipped=options.shipped_db)
         self.allocator = CachingAllocator(options.gpu.memory_bytes)
@@ -77,17 +83,22 @@ class Simulation:
         self.graphs = Graphs(self)
         self.fusion = Fusion(self)
         self.transfers = Transfers(self)
-        self.host = HostAccount(options.gpu, self.timeline, cache_dir(), options.host_speed,
+        self.host = HostAccount(options.gpu, self._new_timeline(), cache_dir(), options.host_speed,
                                 options.host_gaps, options.rank_spread, self._report_progress)
+
+    @property
+    def timeline(self) -> Timeline:
+        """The rank's timeline; the host account holds it, as it moves its host clock."""
+        return self.host.timeline
 
     def _new_timeline(self) -> Timeline:
         return Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
 
-    def calibrate_host(self) -> float:
+    def calibrate_host(self) -> None:
         """Measure phantom's own host overheads on this machine (host.calibration), then start
-        the script's account afresh; returns the dispatch overhead per handler entry."""
+        the script's account afresh."""
         client = self.comm.client if self.comm is not None else None
-        return calibration.calibrate(self.host, client, self.forget_work)
+        calibration.calibrate(self.host, client, self.forget_work)
 
     # -- ops ------------------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -125,7 +136,7 @@ class Simulation:
         if self.graphs.shadow:
             return  # a CUDA graph replay launches it
         gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0
-        host_ns = self.host.charge_launch(HOST_KERNEL_LAUNCH_NS + gemm_extra)
+        host_ns = self.host.at_pace(HOST_KERNEL_LAUNCH_NS + gemm_extra)
         name = func if isinstance(func, str) else func.__name__
         capture = self.graphs.capture
         if capture is not None and capture.captures(stream_id):
@@ -205,7 +216,7 @@ class Simulation:
     def forget_work(self) -> None:
         """Forget what was simulated so far (the start-up calibration's own steps): the script
         starts from here, on a fresh timeline, with empty statistics and memory."""
-        self.timeline = self.host.timeline = self._new_timeline()
+        self.host.timeline = self._new_timeline()
         self.iterations.clear()
         self.op_stats.clear()
         self.class_gpu_ns.clear()
