@@ -363,9 +363,29 @@ def _finish_sim(suite: Suite, setup: Setup, args: argparse.Namespace, native: di
     if args.no_write:
         print(json.dumps(rows, indent=1))
         return
+    software = software_here()
+    superseded = supersede(suite, setup, set(rows), software["phantom"])
     path = write_result(suite, setup, "sim", rows, f"phantom --gpu {setup.gpu} (simulated, no GPU)",
-                        software_here(), command, None)
-    print(f"{len(rows)} rows -> {path.relative_to(REPO)}")
+                        software, command, None)
+    print(f"{len(rows)} rows -> {path.relative_to(REPO)}"
+          + (f"; replaced older phantom's rows in {', '.join(superseded)}" if superseded else ""))
+
+
+def supersede(suite: Suite, setup: Setup, rows: set[str], commit: str) -> list[str]:
+    """Results are current only: a sim run replaces the same rows simulated by another phantom
+    commit (a file left without rows goes). Runs of this commit stay, pooled with this one."""
+    touched = []
+    for path in results_files(suite.name, setup.tag, "sim"):
+        data = load(path)
+        if data["software"].get("phantom") == commit or not rows & set(data["rows"]):
+            continue
+        data["rows"] = {k: v for k, v in data["rows"].items() if k not in rows}
+        if data["rows"]:
+            path.write_text(json.dumps(data, indent=1) + "\n")
+        else:
+            path.unlink()
+        touched.append(path.name)
+    return touched
 
 
 # -- compare --------------------------------------------------------------------------------------

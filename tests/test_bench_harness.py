@@ -156,3 +156,19 @@ def test_bench_scripts_import_only_what_phantom_has():
                 if not hasattr(imported, name) and importlib.util.find_spec(f"{module}.{name}") is None:
                     missing.append(f"{path.relative_to(REPO)}:{line}: {module}.{name}")
     assert missing == []
+
+
+def test_a_sim_run_replaces_the_rows_an_older_phantom_simulated(bench, tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    suite = bench.BY_NAME["single_gpu"]
+    setup = suite.setups[0]
+
+    def write(rows, commit):
+        return bench.write_result(suite, setup, "sim", rows, "phantom", {"phantom": commit}, "cmd", None)
+
+    old_full = write({"a": 1.0, "b": 2.0}, "old")
+    old_a = write({"a": 1.5}, "old")
+    same = write({"a": 1.1}, "new")  # a repeat run of this commit: pooled, kept
+    assert bench.supersede(suite, setup, {"a"}, "new") == [old_full.name, old_a.name]
+    assert bench.load(old_full)["rows"] == {"b": 2.0}  # the rows this run did not simulate stay
+    assert not old_a.exists() and bench.load(same)["rows"] == {"a": 1.1}
