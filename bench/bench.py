@@ -278,7 +278,10 @@ def load(path: Path) -> dict:
 
 def _run(cmd: list[str]) -> None:
     print("$", shlex.join(cmd), flush=True)
-    subprocess.run(cmd, cwd=REPO, check=True)
+    code = subprocess.run(cmd, cwd=REPO).returncode
+    if code != 0:
+        sys.exit(f"bench: the suite's command failed with exit status {code} (its output is above); "
+                 "no results were written")
 
 
 def _setup(suite: Suite, tag: str | None) -> Setup:
@@ -327,10 +330,13 @@ def cmd_sim(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, f"bench/suites/{suite.script}", "sim", *setup.sim]
         if reals:
+            real = replayed_real(reals)
+            print(f"replaying the configs of {real.relative_to(REPO) if real.is_relative_to(REPO) else real}",
+                  flush=True)
             real_native = Path(tmp) / "real.json"
-            native = load(reals[-1]).get("native")
+            native = load(real).get("native")
             if native is None:
-                sys.exit(f"{reals[-1]} keeps no native record of the run; pass --real with one that does")
+                sys.exit(f"{real} keeps no native record of the run; pass --real with one that does")
             real_native.write_text(json.dumps(native))
             cmd += ["--real", str(real_native)]
         elif suite.sim_needs_real:
@@ -353,6 +359,12 @@ def cmd_sim(args: argparse.Namespace) -> None:
         else:
             native = json.loads(Path(f"{out}.json").read_text())
     _finish_sim(suite, setup, args, native)
+
+
+def replayed_real(reals: list[Path]) -> Path:
+    """The real run whose configs a sim replays: the one with the most rows (a later sample may
+    repeat only some of them), the newest of those."""
+    return max(reals, key=lambda p: (len(load(p)["rows"]), load(p)["date"], p.name))
 
 
 def _finish_sim(suite: Suite, setup: Setup, args: argparse.Namespace, native: dict) -> None:
