@@ -364,7 +364,8 @@ def cmd_sim(args: argparse.Namespace) -> None:
 def replayed_real(reals: list[Path]) -> Path:
     """The real run whose configs a sim replays: the one with the most rows (a later sample may
     repeat only some of them), the newest of those."""
-    return max(reals, key=lambda p: (len(load(p)["rows"]), load(p)["date"], p.name))
+    runs = {p: load(p) for p in reals}
+    return max(reals, key=lambda p: (len(runs[p]["rows"]), runs[p]["date"], p.name))
 
 
 def _finish_sim(suite: Suite, setup: Setup, args: argparse.Namespace, native: dict) -> None:

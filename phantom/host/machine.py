@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-_CLOCK_NS = time.perf_counter_ns  # bound before the simulation patches time
+CLOCK_NS = time.perf_counter_ns  # bound before the simulation patches time
 PROBE_N = 2_000
 
 
@@ -27,7 +27,7 @@ class _Box:
         return self.v + len(d)
 
 
-def probe_ns(clock=_CLOCK_NS, n: int = PROBE_N) -> int:
+def probe_ns(clock=CLOCK_NS, n: int = PROBE_N) -> int:
     """Nanoseconds for a fixed pure-Python workload (object creation, calls, dicts)."""
     t0 = clock()
     d: dict = {}
@@ -64,7 +64,7 @@ def training_step(device: str, batch: int = 16, width: int = 64) -> Callable[[],
     return step
 
 
-def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock=_CLOCK_NS) -> float:
+def time_steps(step: Callable[[], None], repeats: int = 5, steps: int = 4, clock=CLOCK_NS) -> float:
     """Nanoseconds per call of `step`: the fastest of `repeats` runs of `steps` calls
     (interruptions only make a run slower)."""
     best = float("inf")
@@ -117,7 +117,7 @@ def _collective_call_path() -> Callable[[], None]:
     return path
 
 
-def wake_penalty_ns(clock=_CLOCK_NS, samples: int = 120, reply_timeout_s: float = 2.0) -> float | None:
+def wake_penalty_ns(clock=CLOCK_NS, samples: int = 120, reply_timeout_s: float = 2.0) -> float | None:
     """How much longer, in this machine's ns, a rank's host code runs right after the rank
     slept in a blocking wait while another process ran on its core, than the same code in
     a steady loop: the median over `samples` of each, on one core with a partner process
@@ -243,7 +243,7 @@ def cpu_tag() -> str:
     return hashlib.sha1(cpu_model().encode()).hexdigest()[:8]
 
 
-def reference_step_ns(rounds: int = 15, clock=_CLOCK_NS) -> float:
+def reference_step_ns(rounds: int = 15, clock=CLOCK_NS) -> float:
     """This machine's time for the CPU `training_step`: the fastest of `rounds` timings, on
     one intra-op thread as on the GPU hosts (the caller's setting is restored)."""
     import torch

@@ -28,9 +28,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from phantom.host.machine import PROBE_N, cpu_tag, probe_ns
+from phantom.host.machine import CLOCK_NS, PROBE_N, cpu_tag, probe_ns
 
-_CLOCK_NS = time.perf_counter_ns  # bound before the simulation patches time
 # Probe samples averaged into the current speed. The machine's fast and slow spells are about
 # as long as the stretch between two samples, so one sample says little about the stretch
 # that follows it; the mean time of the last few tracks the share of slow spells (and the mean
@@ -96,7 +95,7 @@ def _with_newest(by_code: dict[str, list], fingerprint: str, values: list[float]
 class HostSpeedNormalizer:
     """`factor` converts this machine's measured ns into ns at its best observed speed."""
 
-    def __init__(self, cache_dir: Path | None, clock=_CLOCK_NS,
+    def __init__(self, cache_dir: Path | None, clock=CLOCK_NS,
                  pace: Callable[[], float | None] | None = None) -> None:
         self._clock = clock  # the clock host time is measured with (wall or CPU time)
         # The pace process's reading (host.pace.read_pace: the reference step's ns now, or

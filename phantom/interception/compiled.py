@@ -522,7 +522,7 @@ class CudaGraphTree:
                 out, self.graph, self.lanes = sim.graphs.record(lambda: self.run(args), self.pool)
             self._keep(out)
             return out
-        sim.timeline.advance_host(self.call_ns * sim.host.rank_pace)
+        sim.timeline.advance_host(sim.host.at_pace(self.call_ns))
         copies = [a for a in args if self._copied(a)]
         out = sim.graphs.shadow_run(lambda: self.run(args))
         for a in copies:

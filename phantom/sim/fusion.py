@@ -6,7 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from phantom.cost import KernelCost
-from phantom.engine.fusion import FUSABLE_CLASSES, FusedKernel
+from phantom.engine.fusion import FusedKernel
 
 if TYPE_CHECKING:
     from phantom.sim.simulation import Simulation
@@ -18,13 +18,14 @@ class Fusion:
     def __init__(self, sim: Simulation) -> None:
         self.sim = sim
         # Inside a torch.compile'd function (interception/compiled.py `install`): its fusable
-        # ops are gathered into one kernel and launched when it returns.
-        self._depth = 0
+        # ops are gathered into one kernel (`kernel`, open until flushed) and launched when it
+        # returns. Simulation.on_op reads both on every op.
+        self.depth = 0
         # The op running now is inside a generated kernel and its outputs never leave it
         # (interception/compiled.py): they live in registers, not in device memory.
         self.in_registers = False
         self.generated_code = False
-        self._fused: FusedKernel | None = None
+        self.kernel: FusedKernel | None = None
 
     # -- Inductor's generated kernels -----------------------------------------------------
     def begin_generated_code(self) -> None:
@@ -51,30 +52,26 @@ class Fusion:
     def begin_region(self) -> None:
         """A torch.compile'd function starts (interception/compiled.py `install`); regions
         nest, the outermost one decides."""
-        self._depth += 1
+        self.depth += 1
 
     def end_region(self, leaving: Any) -> None:
         """It returned `leaving` (None if it raised): launch the kernel its fusable ops make."""
-        self._depth -= 1
-        if self._depth == 0:
+        self.depth -= 1
+        if self.depth == 0:
             self.flush(leaving)
-
-    def takes(self, cost: KernelCost) -> bool:
-        """Whether an op of this cost joins the open fused kernel instead of launching."""
-        return bool(self._depth) and cost.op_class in FUSABLE_CLASSES
 
     def add(self, func: Any, args: tuple, kwargs: dict, out: Any, cost: KernelCost,
             stream_id: int) -> None:
-        if self._fused is not None and self._fused.stream_id != stream_id:
+        if self.kernel is not None and self.kernel.stream_id != stream_id:
             self.flush()
-        if self._fused is None:
-            self._fused = FusedKernel(stream_id)
-        self._fused.add(func.__name__, args, kwargs, out, cost)
+        if self.kernel is None:
+            self.kernel = FusedKernel(stream_id)
+        self.kernel.add(func.__name__, args, kwargs, out, cost)
 
     def flush(self, leaving: Any = None) -> None:
         """Launch the fused kernel gathered so far, if any (a GEMM, a read or a capture
         boundary splits a compiled function); `leaving`: what the function returns."""
-        fused, self._fused = self._fused, None
+        fused, self.kernel = self.kernel, None
         if fused is None or not fused.ops:
             return
         sim = self.sim

@@ -54,7 +54,7 @@ class Graphs:
         sim = self.sim
         sim.fusion.flush()
         graph, self.capture = self.capture.graph, None
-        sim.timeline.advance_host(instantiate_host_ns(graph.kernels) * sim.host.rank_pace)
+        sim.timeline.advance_host(sim.host.at_pace(instantiate_host_ns(graph.kernels)))
         return graph, [sim.streams.new_id() for _ in graph.lanes[1:]]
 
     def replay(self, graph: CapturedGraph, private_lanes: list[int]) -> None:

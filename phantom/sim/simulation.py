@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -20,9 +19,10 @@ import torch
 from phantom.cost import KernelCost
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Timeline
+from phantom.engine.fusion import FUSABLE_CLASSES
 from phantom.engine.power import governor_for
 from phantom.host import calibration
-from phantom.host.account import GEMM_EXTRA_HOST_NS, HOST_KERNEL_LAUNCH_NS, HostAccount
+from phantom.host.account import GEMM_EXTRA_HOST_NS, HOST_KERNEL_LAUNCH_NS, REAL_NS, HostAccount
 from phantom.memory import CachingAllocator
 from phantom.memory.history import MemoryHistory
 from phantom.native.build import cache_dir
@@ -33,8 +33,6 @@ from phantom.sim.options import SimOptions
 from phantom.sim.storage import Storage
 from phantom.sim.streams import Streams
 from phantom.sim.transfers import H2D_OPS, Transfers
-
-REAL_NS = time.perf_counter_ns  # bound before any patching
 
 
 @dataclass
@@ -123,10 +121,12 @@ class Simulation:
         if cost is not None and cost.op_class == "gemm":
             self.storage.gemm_workspace(stream_id)
         if cost is not None:  # kernel-less ops (views, empty) cost only the measured dispatch
-            if self.fusion.takes(cost):
-                self.fusion.add(func, args, kwargs, out, cost, stream_id)
+            fusion = self.fusion
+            if fusion.depth and cost.op_class in FUSABLE_CLASSES:
+                fusion.add(func, args, kwargs, out, cost, stream_id)
             else:
-                self.fusion.flush()  # a GEMM or the like splits a compiled function
+                if fusion.kernel is not None:  # a GEMM or the like splits a compiled function
+                    fusion.flush()
                 self.launch(func, cost, stream_id, args)
         values.propagate_hint(func, args, out, kwargs)
 

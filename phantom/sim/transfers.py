@@ -92,7 +92,7 @@ class Transfers:
         (pinned memory, non_blocking), else CUDA's capture error; False: captured."""
         sim = self.sim
         name = f"Memcpy {direction}" + (" (pinned)" if pinned else "")
-        host_ns = HOST_KERNEL_LAUNCH_NS * sim.host.rank_pace
+        host_ns = sim.host.at_pace(HOST_KERNEL_LAUNCH_NS)
         capture = sim.graphs.capture
         if capture is not None and capture.captures(stream_id):
             if blocking:
