@@ -26,7 +26,6 @@ ENV_VAR = "PHANTOM_RUN_CONFIG"
 LOCAL_RANK_ARG_ENV = "PHANTOM_DEEPSPEED_LOCAL_RANK_ARG"
 # Above this many ranks, `phantom run` runs one process per class of equivalent ranks.
 AUTO_RANKS_ABOVE = 8
-HOST_PACES = ("auto", "probe", "process")
 
 
 def option(flag: str, default=None, *, metavar: str | None = None, choices: tuple | None = None,
@@ -80,20 +79,17 @@ class RunConfig:
     """The Ray cluster to join (as `ray.init(address=...)`); implies --executor ray."""
 
     # -- host time (docs/host-time.md)
-    host_speed: float | None = option("--host-speed", metavar="X",
-                                      default_text="measured at start-up against the GPU "
-                                                   "preset's host")
-    """How many times as fast as the simulated node's host CPU this machine runs the script's
-    Python and PyTorch host code."""
-    host_gaps: str = option("--host-gaps", "steady", choices=("steady", "measured"))
-    """How the script's host time between two ops is charged: `steady`, from the third
-    iteration on (the first, with the script's set-up, is not remembered), at the mean of that
-    point of the last few iterations; `measured`, every gap as measured on this machine."""
-    host_pace: str = option("--host-pace", "auto", choices=HOST_PACES, env="PHANTOM_HOST_PACE")
-    """How this machine's speed now is read, to convert measured host time: `process`, the
-    reference CPU step timed by a process beside the ranks, which also follows slow states of
-    PyTorch's own code; `probe`, a pure-Python probe in each rank; `auto`, the process where
-    this machine has a CPU more than the run has rank processes, else the probe."""
+    host_time: str = option("--host-time", "measured", choices=("measured", "counted", "off"))
+    """How the script's host time is charged. `measured`: the script's own Python as it runs
+    here, converted to the node's speed, and torch's work at the shipped table's prices;
+    `counted`: the table's prices and the script's Python from a saved profile
+    (--host-profile), the same to the nanosecond on any machine; `off`: no host time, the
+    GPU's time alone."""
+    save_host_profile: str | None = option("--save-host-profile", metavar="DIR")
+    """Save the script's measured host time, segment by segment, in DIR (one file per rank)
+    for `--host-time counted --host-profile DIR`."""
+    host_profile: str | None = option("--host-profile", metavar="DIR")
+    """The saved host profile a `--host-time counted` run charges the script's Python from."""
     rank_spread: float | None = option("--rank-spread", metavar="SIGMA",
                                        default_text="the GPU preset's, measured on real 2-GPU "
                                                     "hosts")

@@ -247,9 +247,7 @@ class RankComm:
                            {r.rank: r.payload} if r.payload is not None else {}, "local", "", 1)
                     for r in requests]
         try:
-            results = self.client.exchange(requests)
-            self.sim.host.woke_up()
-            return results
+            return self.client.exchange(requests)
         except CoordinatorAborted as e:
             from phantom.errors import SimulationError
 

@@ -12,14 +12,19 @@ from phantom.hardware.power import HOPPER_SXM, PowerModel
 
 GIB = 1024**3
 
-# How fast the GPU node's host runs PyTorch's framework code: nanoseconds for the tiny CPU
-# training step of phantom.host.machine.training_step (`python -m phantom.host.machine` on the
-# node; fastest of repeated runs, as a cloud GPU host changes speed up to 2x like any shared
-# host). Measured on an H200 and an H100 node with torch 2.11, data in
-# bench/host/data/host_reference_*.json. A preset whose host was never measured takes the H200
-# node's host, a current Xeon server.
-H200_HOST_STEP_NS = 603_441.0
-H100_HOST_STEP_NS = 700_833.0
+# How fast the GPU node's host runs plain Python: nanoseconds for the pure-Python probe of
+# phantom.host.machine.probe_ns (`python -m phantom.host.machine` on the node; fastest of
+# repeated runs, as a cloud GPU host changes speed up to 2x like any shared host). Measured on
+# an H200 and an H100 node (Python 3.12), data in bench/host/data/host_reference_*.json. The
+# script's own Python measured here is converted by it (host.machine.MachineSpeed); torch's
+# work is priced by the host-cost table instead. A preset whose host was never measured takes
+# the H200 node's host, a current Xeon server. The H100 node's probe ran 2.3x the H200's
+# (1,065,344 ns), yet its real host-bound steps took only 1.09x as long (13 pairs,
+# bench/host/host_pairs.py): the probe met that host in a slow state. Its preset takes the H200's
+# probe scaled by the two hosts' reference CPU training steps (700,833 against 603,441 ns, the
+# same files), which follow PyTorch's own host path.
+H200_HOST_PROBE_NS = 471_902.0
+H100_HOST_PROBE_NS = H200_HOST_PROBE_NS * 700_833.0 / 603_441.0
 # How far below that fastest speed a GPU node's host runs on average: the median of the mean
 # slowdowns of the pure-Python probe of bench/host/host_flicker.py, run back to back for 10-15 s on
 # H200 and H100 nodes (one value per probing core; the files are listed in bench/host/host_pairs.py).
@@ -68,7 +73,7 @@ class GPUSpec:
     tdp_watts: int  # the board's power limit, which the power model holds it to
     sm_clock_mhz: float  # maximum SM (boost) clock, NVIDIA's datasheet: torch.cuda._sleep's cycles
     power: PowerModel | None = None  # what its kernels draw (None: the limit is not modelled)
-    host_step_ns: float = H200_HOST_STEP_NS  # the node's host speed (see H200_HOST_STEP_NS)
+    host_probe_ns: float = H200_HOST_PROBE_NS  # the node's Python speed (see H200_HOST_PROBE_NS)
     host_mean_slowdown: float = HOST_MEAN_SLOWDOWN  # its typical speed below that
     host_rank_spread: float = HOST_RANK_SPREAD  # how far apart ranks' hosts run (see above)
     # A preset of the same die and clocks whose measured kernel rows this GPU borrows: all of
@@ -122,7 +127,7 @@ _PRESETS: dict[str, GPUSpec] = {
         tdp_watts=700,
         sm_clock_mhz=1980,
         power=HOPPER_SXM,
-        host_step_ns=H100_HOST_STEP_NS,
+        host_probe_ns=H100_HOST_PROBE_NS,
         kernel_db_from="H200",  # the H200's rows fill this database's gaps (bench/probes/db_borrow.py)
     ),
     "H200": GPUSpec(

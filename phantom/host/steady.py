@@ -35,33 +35,37 @@ def straggler_pace(ranks: int, spread: float) -> float:
     return math.exp(spread * expected_max_normal(ranks)) if ranks > 1 and spread > 0 else 1.0
 
 
+def _typical(sightings: list[float]) -> float:
+    """A site's typical gap, robust to one-sided noise (SteadyGaps)."""
+    ordered = sorted(sightings)
+    return ordered[1] if len(ordered) >= 3 else ordered[0]
+
+
 class SteadyGaps:
-    """Host gaps of a training loop's steady state: the mean of the same point of the last
-    few iterations.
+    """Host gaps of a training loop's steady state: a low order statistic of the same point
+    of the last few iterations.
 
     A training loop runs the same host code every iteration, so the gap that ends in the n-th
     call of op X within an iteration is the same work each time; what changes between
-    iterations is this machine: spells at half speed the speed probe misses, other processes
-    on the same cores (`--ranks all` runs many ranks on few cores), page faults. One gap
-    measured once carries all of that; the mean of its last WINDOW sightings (each already
-    scaled by the speed probe) has the same expectation and a fraction of the spread. A gap
-    far above that mean (GUARD_RATIO and GUARD_NS) is new work at the site (a log line, a
+    iterations is this machine: slow spells, other processes on the same cores (`--ranks all`
+    runs many ranks on few cores), page faults. One gap measured once carries all of that; a
+    low order statistic of its last WINDOW sightings (`_typical`) carries little of it. A gap
+    far above that (GUARD_RATIO and GUARD_NS) is new work at the site (a log line, a
     checkpoint): it is charged as measured and not remembered, unless the site's last sighting
     was far above too; one far below it, or two far above it in a row, mean the earlier
     sightings were not this site's usual work, and the site starts afresh.
 
-    The mean is over *earlier* iterations only: a sighting is folded in when its iteration
+    The statistic is over *earlier* iterations only: a sighting is folded in when its iteration
     ends (`new_iteration`). So what an iteration charges at each steady site is fixed when it
     begins (`means`), and ranks that do the same work can all charge what one of them
     measured (`use_shared`): with every rank a process on a few shared cores, each rank's
     own gaps carry its own share of the contention, and every collective waits for the
     slowest of them (`--ranks all` came out up to 22% slower than one process per class).
 
-    The mean, not the median or the fastest: the dispatch overhead taken off every gap is
-    measured over whole blocks of ops, jitter included, so the gaps must keep theirs. Gaps
-    are mostly that overhead, and the script's own time is what is left after taking it off:
-    per-site minimums (medians) came out 20-30% (10-20%) under the means before the
-    subtraction, and a host-bound step 1.3x (2x) faster than with means after it (tried).
+    Not the mean: this machine's noise is one-sided (a stall, another process, a cache refill
+    only ever add time), so a site is charged at a low order statistic of its sightings
+    (`_typical`: the second fastest of the window, the fastest while it holds fewer than three),
+    which one slow sighting cannot move.
 
     Sites are counted per iteration, so an op inserted in one iteration shifts only the
     later calls of that same op. Without iterations (no optimizer step) every site is new:
@@ -127,7 +131,7 @@ class SteadyGaps:
     def means(self) -> dict[tuple[str, int], float]:
         """What the coming iteration charges at each steady site, by (site name, n): a form
         another process running the same code can look its own sites up in."""
-        return {(self._name(site), n): sum(r) / len(r) for (site, n), r in self._recent.items() if r}
+        return {(self._name(site), n): _typical(r) for (site, n), r in self._recent.items() if r}
 
     def use_shared(self, means: dict[tuple[str, int], float]) -> None:
         """Charge this iteration's steady sites at `means` (another rank's `means()`) instead of
@@ -183,7 +187,7 @@ class SteadyGaps:
 
     def _own_mean(self, key: tuple) -> float | None:
         recent = self._recent.get(key)
-        return sum(recent) / len(recent) if recent else None
+        return _typical(recent) if recent else None
 
     def _name(self, site: object) -> str:
         name = self._names.get(site)

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def install(sim: "Simulation"):
     """Install every interception layer and enter the fake mode; returns the mode."""
-    from phantom.interception import attention, clock, cuda_api, patches, serialization
+    from phantom.interception import attention, boundary, clock, cuda_api, patches, serialization
     from phantom.interception.mode import PhantomMode, disable_fake_tensor_torch_function
 
     # Constructing the mode imports torch._dynamo, which builds a map of torch's functions
@@ -28,10 +28,12 @@ def install(sim: "Simulation"):
     attention.install()
     disable_fake_tensor_torch_function()
     mode.__enter__()
-    sim.host.warm_dispatch_paths = mode.warm_dispatch_paths
     gc.callbacks.append(sim.host.on_gc)
-    sim.calibrate_host()
+    if sim.options.host_time == "measured":
+        sim.set_machine(boundary.machine_speed(sim))
+    boundary.install(sim.host)
     clock.install(sim)
+    sim.forget_work()  # what phantom's own start-up ran is not the script's
     return mode
 
 

@@ -114,9 +114,21 @@ def _touches_cuda(args: tuple, kwargs: dict) -> bool:
     return False
 
 
+def _records_grad(args: tuple) -> bool:
+    """Whether autograd records a node for the op (the host-cost table's grad column)."""
+    if not torch.is_grad_enabled():
+        return False
+    for a in args:
+        if isinstance(a, torch.Tensor) and a.requires_grad:
+            return True
+        if type(a) is list and a and isinstance(a[0], torch.Tensor) and a[0].requires_grad:
+            return True
+    return False
+
+
 def _list_tensors(args: tuple) -> int:
-    """Tensors in the op's list arguments (foreach ops, fused optimizers, cat): each crossed
-    into Python on its way here, a cost per tensor (HostAccount.begin_op)."""
+    """Tensors in the op's list arguments (foreach ops, fused optimizers, cat): the table prices
+    list ops by their length (HostAccount.begin_op)."""
     n = 0
     for a in args:
         if type(a) is list and a and isinstance(a[0], torch.Tensor):
@@ -155,7 +167,6 @@ class PhantomMode(FakeTensorMode):
         super().__init__(allow_non_fake_inputs=True)
         self.sim = sim
         self._depth = 0
-        self._warm_inputs: tuple | None = None
 
     def __deepcopy__(self, memo: dict) -> "PhantomMode":
         # Tensor.__deepcopy__ deep-copies a FakeTensor's __dict__, which holds its fake_mode:
@@ -173,9 +184,12 @@ class PhantomMode(FakeTensorMode):
         # A frame Dynamo gave up on (a graph break under torch.compile) runs eagerly with
         # Dynamo's frame hook still set: the simulation's own frames must not be offered to it
         # as user code to compile (interception/compiled.py).
+        # The torch-call boundary's function mode is on inside a backward pass
+        # (interception/boundary.py): phantom's own torch calls are not the script's.
         hook = _set_eval_frame(None)
         try:
-            return self._dispatch_op(func, types, args, kwargs)
+            with torch._C.DisableTorchFunction():
+                return self._dispatch_op(func, types, args, kwargs)
         finally:
             _set_eval_frame(hook)
 
@@ -197,8 +211,8 @@ class PhantomMode(FakeTensorMode):
             with first.fake_mode:
                 return func(*args, **kwargs)
         if func in _METADATA_OPS:
-            # Reaching here cost host time a real run does not spend: account for it.
-            sim.host.begin_op(func, dispatched=True)
+            # A real run answers these in C++ without dispatching: phantom's work, unpriced.
+            sim.host.begin_op(func)
             try:
                 return self.dispatch(func, types, args, kwargs)
             finally:
@@ -213,10 +227,7 @@ class PhantomMode(FakeTensorMode):
             # it creates on the device (DTensor's RNG tracker copying the RNG state to CUDA)
             # is simulated too. Charging here as well would count the op twice, the second
             # time at the subclass's global shapes (fused AdamW under FSDP2, whose step
-            # counters are plain tensors next to DTensor parameters). Reaching this handler
-            # is dispatch overhead a real run does not pay, as for any handler entry.
-            sim.host.begin_op(func, dispatched=True)
-            sim.host.end_op()
+            # counters are plain tensors next to DTensor parameters).
             return NotImplemented
         if _decomposed_by_autograd(func):
             # With autograd's keys off (torch.inference_mode, an inference tensor) such an op
@@ -224,22 +235,16 @@ class PhantomMode(FakeTensorMode):
             # `_local_scalar_dense`: FakeTensorMode would run a CPU-to-device copy for real (a
             # CPU build cannot) and answer a read with a data-dependent error. Decomposed here,
             # as the dispatcher does with autograd on, the parts come back to this handler as
-            # the copy and the read phantom handles (the mode is re-entered: inside its
-            # handler it is off). The way here, and into the decomposition, is phantom's:
-            # a real run decomposes in C++ before any handler, so the script's gap ends at
-            # this entry and the parts' gaps start where the decomposition begins (else
-            # every linear of an inference_mode forward was charged a handler's Python).
-            sim.host.begin_op(func, dispatched=True)
+            # the copy and the read phantom handles, and are priced there (the mode is
+            # re-entered: inside its handler it is off).
             with self:
-                sim.host.end_op()
                 decomposed = func.decompose(*args, **kwargs)
-            sim.host.end_op()
             if decomposed is not NotImplemented:
                 return decomposed
         if not _touches_cuda(args, kwargs):
-            sim.host.begin_op(func, dispatched=True)  # the real op's own run time stays the user's
-            return func(*args, **kwargs)  # real CPU work; this mode is unset while in here
-        sim.host.begin_op(func, dispatched=True, list_inputs=_list_tensors(args))
+            return func(*args, **kwargs)  # real CPU work, as on the node; this mode is unset here
+        sim.host.begin_op(func, dispatched=True, list_inputs=_list_tensors(args),
+                          grad=_records_grad(args))
         self._depth += 1
         try:
             read = self._maybe_data_read(func, args, kwargs)
@@ -247,39 +252,10 @@ class PhantomMode(FakeTensorMode):
                 return read
             out = self._fake_dispatch(func, types, args, kwargs)
             sim.on_op(func, args, kwargs, out)
-            if type(out) is list:
-                sim.host.returned_list(len(out))
             return out
         finally:
             self._depth -= 1
             sim.host.end_op()
-
-    def warm_dispatch_paths(self) -> None:
-        """Run a few small ops through the path a script's op takes to this handler (the C++
-        dispatcher, the Python dispatch and FakeTensorMode), recording nothing: no kernel, no
-        memory, no host time.
-
-        Called after each coordinator round trip (HostAccount.woke_up). While a rank waits
-        there, the coordinator and the other ranks run on its core and evict its caches, so
-        the script's next ops reached this handler slowly, and that path is in the gap charged
-        to the script: a LayerNorm-Linear-GELU-add block charged ~70 us alone was charged
-        ~170-200 us right after a collective, on top of the wake-up credit
-        (`bench/probes/collective_cold_block.py`). A real GPU host never sleeps there. Warming the
-        path here, in phantom's own time, leaves the script's code its own misses only.
-
-        Without autograd: the ops must leave no trace the script can see, and a round trip
-        can come inside a checkpointed region's recomputation (ZeRO-3 gathers parameters
-        there), whose saved-tensor hooks would count tensors these ops saved
-        (`torch.utils.checkpoint.CheckpointError`, tried)."""
-        self._depth += 1  # re-entrant: the ops go straight to FakeTensorMode, unrecorded
-        try:
-            with self, torch._C.DisableTorchFunction(), torch.inference_mode(False), \
-                    torch.no_grad():
-                if self._warm_inputs is None:
-                    self._warm_inputs = _warm_inputs()
-                _warm_ops(*self._warm_inputs)
-        finally:
-            self._depth -= 1
 
     def _fake_dispatch(self, func, types, args, kwargs):
         try:
@@ -336,23 +312,6 @@ def _wants_cpu(device: Any) -> bool:
 
 
 _NOT_A_READ = object()
-
-
-def _warm_inputs() -> tuple:
-    """Small fake tensors for PhantomMode.warm_dispatch_paths (made under the mode)."""
-    x = torch.empty(16, 64, device="cuda", dtype=torch.bfloat16)
-    weight = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
-    scale = torch.empty(64, device="cuda", dtype=torch.bfloat16)
-    return x, weight, scale
-
-
-def _warm_ops(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> None:
-    """A transformer block's kinds of op (a norm, a matmul, pointwise, a view): what most
-    scripts run next."""
-    y = torch.nn.functional.layer_norm(x, (x.shape[-1],), scale, scale)
-    y = torch.nn.functional.linear(y, weight)
-    y = torch.nn.functional.gelu(y)
-    (x + y).view(-1)
 
 
 _share_higher_order_op_rules(PhantomMode)

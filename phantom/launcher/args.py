@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from pathlib import Path
 import os
 import re
 import sys
@@ -101,9 +102,17 @@ def _check_values(given: dict) -> None:
     vram = given.get("vram_gib")
     if vram is not None and not (0 < vram <= 4096):
         raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), got {vram:g}")
-    speed = given.get("host_speed")
-    if speed is not None and not (math.isfinite(speed) and speed > 0):
-        raise UsageError(f"--host-speed must be a positive number, got {speed:g}")
+    mode, profile = given.get("host_time", "measured"), given.get("host_profile")
+    if mode == "counted" and profile is None:
+        raise UsageError("--host-time counted charges the script's Python from a saved profile: "
+                         "give --host-profile DIR (save one with --host-time measured "
+                         "--save-host-profile DIR)")
+    if profile is not None and mode != "counted":
+        raise UsageError("--host-profile is read only with --host-time counted")
+    if profile is not None and not Path(profile).is_dir():
+        raise UsageError(f"--host-profile {profile}: no such directory")
+    if given.get("save_host_profile") is not None and mode != "measured":
+        raise UsageError("--save-host-profile saves what a --host-time measured run measures")
     spread = given.get("rank_spread")
     if spread is not None and not (math.isfinite(spread) and 0 <= spread <= 1):
         raise UsageError(f"--rank-spread must be a number from 0 to 1, got {spread:g}")
@@ -130,7 +139,7 @@ def resolve_defaults(config: RunConfig, given: dict) -> None:
     """Set the options that were not given and whose default depends on the others (`given`:
     the options given, by field name), in this order:
 
-    - an option with an environment variable (--host-pace: PHANTOM_HOST_PACE) takes its value,
+    - an option with an environment variable (`option(..., env=NAME)`) takes its value,
       where that is set and not empty;
     - --nproc-per-node, --nnodes or --cluster make the run distributed; the cluster (the preset
       or TOML file of --cluster, else one node with NVLink) resolves the ranks per node, the

@@ -10,6 +10,7 @@ import atexit
 import faulthandler
 import gc
 import os
+from pathlib import Path
 import re
 import runpy
 import signal
@@ -152,6 +153,8 @@ def main() -> int:
     from phantom import adapters, interception
     from phantom.sim import SimOptions, Simulation
     from phantom.hardware import get_gpu
+    from phantom.host.costs import HostCostTableError
+    from phantom.host.profile import HostProfileError
     from phantom.report import build_report, print_summary, write_report
 
     gpu = get_gpu(config.gpu)
@@ -160,7 +163,11 @@ def main() -> int:
     if config.power_limit_w is not None:
         gpu = gpu.with_power_limit(config.power_limit_w)
     rank = int(os.environ.get("RANK", "0")) if config.distributed else 0
-    sim = Simulation(SimOptions.for_run(config, gpu, rank))
+    try:
+        sim = Simulation(SimOptions.for_run(config, gpu, rank), rank)
+    except (HostProfileError, HostCostTableError) as e:
+        print(f"phantom: {e}", file=sys.stderr)
+        return 2
     if config.distributed:
         _install_distributed(sim, config, rank)
     # The adapters' import hook first: a framework module imported from here on is patched as it
@@ -169,7 +176,7 @@ def main() -> int:
     # call into CUDA.
     adapters.install()
     interception.install(sim)
-    if config.records:  # --out / --trace: after the start-up calibration, which is not the script's
+    if config.records:  # --out / --trace: after phantom's own start-up, which is not the script's
         from phantom.report.recorder import Recorder, TraceOptions
 
         Recorder(sim, rank, TraceOptions(enabled=True, ranks=config.trace_ranks,
@@ -213,6 +220,8 @@ def main() -> int:
         from phantom.report.rundir import write_rank_outputs
 
         write_rank_outputs(config, rank, report, sim.recorder, gpu.name)
+    if config.save_host_profile:
+        sim.host.save_profile(Path(config.save_host_profile), rank)
     if config.record_path:
         from phantom.cost.profile.record import write_records
 

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from phantom.host.pace import PACE_FILE_ENV, PaceProcess
 from phantom.config import ENV_VAR, RunConfig
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
@@ -40,13 +39,12 @@ def launch(config: RunConfig) -> int:
     prepare_run(config)  # --out / --trace: where the ranks write their parts
     network: list = []
     code = 1
-    with _pace_process(pace_mode(config) == "process"):
-        try:
-            code = _launch_one(config) if not config.distributed else \
-                _launch_ranks(config, on_network=network.append)
-        finally:
-            if config.parts_dir is not None:
-                finish_run(config, code, network[0].link_usage if network else None)
+    try:
+        code = _launch_one(config) if not config.distributed else \
+            _launch_ranks(config, on_network=network.append)
+    finally:
+        if config.parts_dir is not None:
+            finish_run(config, code, network[0].link_usage if network else None)
     return code
 
 
@@ -56,42 +54,6 @@ def usable_cpus() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
-
-
-def pace_mode(config: RunConfig, cpus: int | None = None) -> str:
-    """How this run reads the machine's speed (--host-pace): "process" or "probe".
-
-    `auto` starts the pace process where it has a core to itself, that is where this machine has
-    more usable CPUs than the run starts rank processes on it: timed on a core the ranks keep
-    busy, the pace process takes their contention for a slower machine and undercharges host
-    time, while on a core of its own it follows slow states of PyTorch's C++ path that the
-    probe misses (docs/host-time.md). Ray ranks on other machines cannot read its file: the
-    probe."""
-    if config.host_pace != "auto":
-        return config.host_pace
-    if config.executor == "ray":
-        return "probe"
-    processes = len(config.initial_ranks()) if config.distributed else 1
-    return "process" if (usable_cpus() if cpus is None else cpus) > processes else "probe"
-
-
-@contextlib.contextmanager
-def _pace_process(wanted: bool):
-    """With `wanted` (--host-pace process), the run's pace process (host.pace), its file named
-    to the ranks in their environment (they inherit this process's)."""
-    if not wanted:
-        yield
-        return
-    with tempfile.TemporaryDirectory(prefix="phantom-pace-") as tmp:
-        pace = PaceProcess(Path(tmp))
-        path = pace.start()
-        if path is not None:
-            os.environ[PACE_FILE_ENV] = str(path)
-        try:
-            yield
-        finally:
-            os.environ.pop(PACE_FILE_ENV, None)
-            pace.stop()
 
 
 def _launch_one(config: RunConfig) -> int:

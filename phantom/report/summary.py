@@ -96,18 +96,10 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "ops_per_wall_second": sim.ops_intercepted / (wall_seconds - setup_s)
             if wall_seconds > setup_s else None,
             "wall_seconds_per_iteration": wall_seconds / n_iters if n_iters else None,
-            # The script's host time measured here is multiplied by host_speed (SimOptions.host_speed).
-            "host_speed": sim.host.host_speed,
-            "host_speed_source": "measured" if sim.options.host_speed is None else "given",
-            "host_step_ns_here": sim.host.host_step_ns_here,
-            "host_step_ns_at_start": sim.host.host_step_ns_at_start,
-            "host_step_ns_simulated": sim.gpu.host_step_ns,
-            "host_mean_slowdown_simulated": sim.gpu.host_mean_slowdown,
             # every host ns of a multi-GPU run's rank is charged at the slowest rank's pace
             "rank_spread": sim.gpu.host_rank_spread if sim.options.rank_spread is None else sim.options.rank_spread,
             "rank_pace": sim.host.rank_pace,
-            "host_speed_variation": sim.host.speed_variation(),
-            "host_gaps": sim.host.gaps_report(),
+            "host_time": sim.host.report(),
         },
     }
 
@@ -180,28 +172,34 @@ def print_summary(report: dict[str, Any], file: TextIO) -> None:
         _power_line(report.get("power")),
         f"  simulator          {sim['ops_intercepted']:,} ops in {sim['wall_seconds']:.1f} s wall "
         f"({(sim['ops_per_wall_second'] or 0):,.0f} ops/s)",
-        f"  host               this machine runs the script's host code {sim['host_speed']:.2f}x as fast "
-        f"as the simulated node's host at its typical speed ({sim['host_speed_source']})"
-        + (f"; host time x{sim['rank_pace']:.3f}, the slowest rank's pace" if sim.get("rank_pace", 1.0) > 1.0 else "")
-        + _pace_note(sim),
+        _host_line(sim),
     ]
     reads = _data_read_line(sim)
     if reads:
         lines.append(reads)
-    caution = _host_caution(report)
-    if caution:
-        lines.append(caution)
     print("\n".join(lines), file=file, flush=True)
 
 
-def _pace_note(sim: dict[str, Any]) -> str:
-    """Where the pace process read the speed (--host-pace process, or auto with a core for it):
-    how slow it saw this machine run PyTorch's host path, which the conversion took out."""
-    variation = sim.get("host_speed_variation") or {}
-    if not variation.get("pace_samples"):
-        return ""
-    return (f"; this machine's speed read by the pace process (PyTorch's host path at "
-            f"{variation['pace_mean_slowdown']:.2f}x its best time here, on average)")
+def _host_line(sim: dict[str, Any]) -> str:
+    """How the host time was charged (host.account.HostAccount.report)."""
+    host = sim["host_time"]
+    pace = (f"; host time x{sim['rank_pace']:.3f}, the slowest rank's pace"
+            if sim.get("rank_pace", 1.0) > 1.0 else "")
+    if host["mode"] == "off":
+        return "  host               off (--host-time off): GPU time only" + pace
+    priced = host["priced_host_ns"] + host["api_host_ns"]
+    share = host["costs"]["row_share"]
+    torch_part = (f"torch's work {priced / 1e6:.1f} ms from the node's table"
+                  + (f" ({100 * share:.0f}% from measured rows)" if share is not None else ""))
+    if host["mode"] == "counted":
+        replay = host["replay"] or {}
+        return (f"  host               counted: the script's Python {host['script_host_ns'] / 1e6:.1f} ms "
+                f"from {replay.get('file')} ({replay.get('departed', 0)} segments off its sequence), "
+                + torch_part + pace)
+    machine = host["machine"] or {}
+    return (f"  host               measured: the script's Python {host['script_host_ns'] / 1e6:.1f} ms "
+            f"(x{host['ratio']:.2f} to the node; this machine {machine.get('source')}), "
+            + torch_part + pace)
 
 
 def _data_read_line(sim: dict[str, Any]) -> str | None:
@@ -215,49 +213,6 @@ def _data_read_line(sim: dict[str, Any]) -> str | None:
     first = f"{found[1]}:{found[2]}: {found[3].strip()}" if found else " ".join(site.split())
     return (f"  data reads         {n:,} device value{'s' if n != 1 else ''} read (first at {first}); "
             "values phantom does not know read as placeholders (README, 'Data-dependent reads')")
-
-
-# Below this GPU-busy share a step is set by host time, which is measured on this machine.
-HOST_BOUND_BUSY = 0.9
-
-
-# The reference CPU step timed at start-up this many times its best here: a slow state of
-# PyTorch's C++ path that the pure-Python speed probe does not see (it has held at 1.5-1.65x for
-# many minutes while the probe read 1.1x). Below it, start-up noise (two ranks timing it at
-# once: ~1.2x).
-TORCH_PATH_SLOW = 1.4
-
-
-def _host_caution(report: dict[str, Any]) -> str | None:
-    """A warning when the result rests on host time calibrated beside other busy processes, or,
-    without the pace process's readings (host/pace.py: a run not started by the launcher),
-    measured while this machine kept changing speed or ran PyTorch's own code far below its
-    best: host-bound steps then move between runs by tens of percent."""
-    sim = report["simulation"]
-    variation = sim.get("host_speed_variation")
-    busy = report["gpu_busy_fraction"]
-    if busy is None or busy >= HOST_BOUND_BUSY or not sim.get("ops_intercepted", 1):
-        return None  # GPU-bound, or nothing ran on the GPU (the script ended first)
-    head = f"  caution            host-bound (GPU busy {100 * busy:.0f}%), and "
-    tail = (": the simulated step rests on host time measured here and can move by tens of "
-            "percent between runs (README, 'Host time policy')")
-    # the most specific cause first: it says what to do
-    if (sim.get("host_gaps") or {}).get("calibration_contended"):
-        return (head + "its host calibration ran while other processes kept this machine's CPUs "
-                "busy, which biases what phantom takes off each op's host time; run host-bound "
-                "simulations alone" + tail)
-    if variation and variation.get("pace_samples"):
-        return None  # converted by the pace process's reading of this machine (host/pace.py)
-    if variation and variation["slow_share"] >= 0.1:
-        return (head + f"this machine ran up to {variation['max_slowdown']:.1f}x slower than its best "
-                f"in {100 * variation['slow_share']:.0f}% of speed samples" + tail)
-    at_start, best = sim.get("host_step_ns_at_start"), sim.get("host_step_ns_here")
-    if at_start and best and at_start >= TORCH_PATH_SLOW * best:
-        return (head + f"this machine's reference CPU step took {at_start / best:.1f}x its best at "
-                "start-up, a slowdown of PyTorch's own code that the speed probe does not correct; "
-                "host time can be over-charged by up to that much (`python -m phantom.host.machine` "
-                "shows when it is back near its best)" + tail)
-    return None
 
 
 def _power_line(power: dict[str, Any] | None) -> str:

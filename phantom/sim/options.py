@@ -24,14 +24,17 @@ class SimOptions:
     on_data_read: str
     """RunConfig.on_data_read: "placeholder" or "error" for a device value phantom does not know."""
 
-    host_speed: float | None
-    """RunConfig.host_speed: this machine against the node's host; None: measured at start-up."""
+    host_time: str
+    """RunConfig.host_time: "measured", "counted" or "off" (host.account.HostAccount)."""
+
+    host_profile: str | None
+    """RunConfig.host_profile: the saved profile a counted run charges the script's Python from."""
+
+    save_host_profile: str | None
+    """RunConfig.save_host_profile: where to save this run's measured segments."""
 
     quiet: bool
     """No progress lines on stderr (`--quiet`, and every rank but rank 0)."""
-
-    host_gaps: str
-    """RunConfig.host_gaps: "steady" or "measured" (host.steady.SteadyGaps)."""
 
     rank_spread: float | None
     """RunConfig.rank_spread: sigma of the ranks' host times; None: the GPU preset's."""
@@ -49,7 +52,8 @@ class SimOptions:
     def for_run(cls, config: RunConfig, gpu: GPUSpec, rank: int = 0) -> SimOptions:
         """The options of rank `rank` of the run `config` describes, on `gpu`."""
         return cls(gpu=gpu, device_count=max(config.nproc_per_node, 1),
-                   on_data_read=config.on_data_read, host_speed=config.host_speed,
-                   quiet=config.quiet or rank != 0, host_gaps=config.host_gaps,
+                   on_data_read=config.on_data_read, host_time=config.host_time,
+                   host_profile=config.host_profile, save_host_profile=config.save_host_profile,
+                   quiet=config.quiet or rank != 0,
                    rank_spread=config.rank_spread, db_paths=config.db_paths,
                    record_ops=config.record_path is not None, shipped_db=config.shipped_db)

@@ -21,11 +21,12 @@ from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Timeline
 from phantom.engine.fusion import FUSABLE_CLASSES
 from phantom.engine.power import governor_for
-from phantom.host import calibration
-from phantom.host.account import GEMM_EXTRA_HOST_NS, HOST_KERNEL_LAUNCH_NS, REAL_NS, HostAccount
+from phantom.host.account import HOST_KERNEL_LAUNCH_NS, REAL_NS, HostAccount
+from phantom.host.costs import HostCosts, table_path
+from phantom.host.machine import MachineSpeed
+from phantom.host.profile import ProfileReader
 from phantom.memory import CachingAllocator
 from phantom.memory.history import MemoryHistory
-from phantom.native.build import cache_dir
 from phantom.sim import values
 from phantom.sim.fusion import Fusion
 from phantom.sim.graphs import Graphs
@@ -52,11 +53,11 @@ class Simulation:
     """One rank's simulated GPU and host: what every interception hook calls into.
 
     Built once per rank process (launcher/bootstrap.py) before the interception is installed;
-    `calibrate_host` then measures phantom's own overheads, and from there on each CUDA op of the
-    script reaches `on_op`, each host gap `host.begin_op`, each sync `streams`.
+    from there on each CUDA op of the script reaches `on_op`, each of phantom's entries
+    `host.begin_op`, each sync `streams`. `rank` picks the rank's part of a saved host profile.
     """
 
-    def __init__(self, options: SimOptions) -> None:
+    def __init__(self, options: SimOptions, rank: int = 0) -> None:
         self.options = options
         self.gpu = options.gpu
         self.device_count = options.device_count
@@ -81,8 +82,14 @@ class Simulation:
         self.graphs = Graphs(self)
         self.fusion = Fusion(self)
         self.transfers = Transfers(self)
-        self.host = HostAccount(options.gpu, self._new_timeline(), cache_dir(), options.host_speed,
-                                options.host_gaps, options.rank_spread, self._report_progress)
+        self.rank = rank
+        replay = None
+        if options.host_time == "counted" and options.host_profile is not None:
+            replay = ProfileReader(options.host_profile, rank)
+        self.host = HostAccount(options.gpu, self._new_timeline(), options.host_time,
+                                HostCosts.load(table_path(options.gpu.name)), None, replay,
+                                options.save_host_profile is not None, options.rank_spread,
+                                self._report_progress)
 
     @property
     def timeline(self) -> Timeline:
@@ -92,11 +99,9 @@ class Simulation:
     def _new_timeline(self) -> Timeline:
         return Timeline(sm_count=self.gpu.sm_count, governor=governor_for(self.gpu))
 
-    def calibrate_host(self) -> None:
-        """Measure phantom's own host overheads on this machine (host.calibration), then start
-        the script's account afresh."""
-        client = self.comm.client if self.comm is not None else None
-        calibration.calibrate(self.host, client, self.forget_work)
+    def set_machine(self, machine: MachineSpeed) -> None:
+        """This machine's speed, read or measured by the interception at start-up."""
+        self.host.set_machine(machine)
 
     # -- ops ------------------------------------------------------------------------------
     def on_op(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
@@ -127,16 +132,17 @@ class Simulation:
             else:
                 if fusion.kernel is not None:  # a GEMM or the like splits a compiled function
                     fusion.flush()
-                self.launch(func, cost, stream_id, args)
+                self.launch(func, cost, stream_id, args, launch_host_ns=0.0)
         values.propagate_hint(func, args, out, kwargs)
 
-    def launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = ()) -> None:
-        """Launch one kernel: the node's launch cost on the host, `cost` on the stream (or into
-        the CUDA graph the stream captures)."""
+    def launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = (),
+               launch_host_ns: float = HOST_KERNEL_LAUNCH_NS) -> None:
+        """Launch one kernel: `launch_host_ns` on the host (0 for an op the host-cost table
+        priced, launch included), `cost` on the stream (or into the CUDA graph the stream
+        captures)."""
         if self.graphs.shadow:
             return  # a CUDA graph replay launches it
-        gemm_extra = GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0
-        host_ns = self.host.at_pace(HOST_KERNEL_LAUNCH_NS + gemm_extra)
+        host_ns = self.host.at_pace(launch_host_ns)
         name = func if isinstance(func, str) else func.__name__
         capture = self.graphs.capture
         if capture is not None and capture.captures(stream_id):
@@ -204,7 +210,6 @@ class Simulation:
         self.comm.flush()
         steady = self.host.steady
         answer = self.comm.client.share_gaps(len(self.iterations), steady.means())
-        self.host.woke_up()  # a blocking round trip like a collective's
         if answer is None:
             return
         if answer["means"] is not None:
