@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 from phantom.hardware.gpus import list_gpus
 from phantom.launcher import launch
@@ -43,7 +44,8 @@ def cmd_gpus() -> int:
 USAGE = """usage: phantom <command> [options]
 
 commands:
-  run     run a PyTorch training script on a simulated GPU
+  run       run a PyTorch training script on a simulated GPU
+  calibrate measure this machine once for measured host time (docs/host-time.md)
   deepspeed run a DeepSpeed script with the `deepspeed` launcher's arguments (--num_gpus, --hostfile)
   gpus      list the GPU presets and their specs
   clusters  list the cluster presets (--cluster)
@@ -71,6 +73,36 @@ def _deepspeed(argv: list[str]) -> int:
     return launch(parse_run_args(run_argv))
 
 
+def cmd_calibrate(argv: list[str]) -> int:
+    """`phantom calibrate [--force] [--out FILE]`: measure this machine once for measured host
+    time (phantom/host/machine.py); runs only read the file."""
+    import argparse
+    import subprocess
+
+    from phantom.host.machine import calibration_path, cpu_contended, other_runnable_tasks
+
+    parser = argparse.ArgumentParser(prog="phantom calibrate", description=(
+        "Measure how fast this machine runs the script's own Python, once, for "
+        "`phantom run --host-time measured` (docs/host-time.md)."))
+    parser.add_argument("--force", action="store_true",
+                        help="calibrate even while other processes keep the CPUs busy")
+    parser.add_argument("--out", type=Path, default=calibration_path(),
+                        help="where to write it (default: %(default)s, which runs read)")
+    args = parser.parse_args(argv)
+    others = other_runnable_tasks()
+    if cpu_contended(others) and not args.force:
+        print(f"phantom calibrate: {others} other processes are running on this machine's CPUs; "
+              "a calibration now would measure them too. Run it on an idle machine, or give "
+              "--force.", file=sys.stderr)
+        return 1
+    target = Path(__file__).with_name("launcher") / "calibrate_target.py"
+    code = subprocess.call([sys.executable, "-m", "phantom.cli", "run", "--quiet", "--host-time", "off",
+                            str(target), str(args.out)])
+    if code == 0:
+        print(f"phantom calibrate: wrote {args.out}")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -85,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
             return launch(parse_run_args(rest))
         if command == "deepspeed":
             return _deepspeed(rest)
+        if command == "calibrate":
+            return cmd_calibrate(rest)
         if command == "gpus":
             return cmd_gpus()
         if command == "clusters":
