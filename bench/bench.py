@@ -650,7 +650,7 @@ def main() -> None:
         q.add_argument("--setup")
         if mode == "sim":
             q.add_argument("--real", nargs="*", help="results files of real runs (default: the setup's)")
-            q.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
+            q.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-time off'")
             q.add_argument("--no-write", action="store_true", help="print the rows, write no results file")
     q = sub.add_parser("report")
     q.add_argument("--out", help="write the benchmark README here (default: bench/README.md)")

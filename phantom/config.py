@@ -29,16 +29,14 @@ AUTO_RANKS_ABOVE = 8
 
 
 def option(flag: str, default=None, *, metavar: str | None = None, choices: tuple | None = None,
-           text: type | None = None, default_text: str | None = None, env: str | None = None,
-           factory=None) -> Field:
+           text: type | None = None, default_text: str | None = None, factory=None) -> Field:
     """A field that is the `phantom run` option `flag`.
 
     `text`: the type argparse converts the option's text to, where the field holds something
     else (the CLI parses it further); `default_text`: the default in words, where the field's
-    default stands for a value resolved from other options; `env`: an environment variable
-    that gives the default where the option is not given."""
+    default stands for a value resolved from other options."""
     metadata = {"flag": flag, "metavar": metavar, "choices": choices, "text": text,
-                "default_text": default_text, "env": env}
+                "default_text": default_text}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -226,8 +224,6 @@ def default_text(f: Field) -> str | None:
     words = f.metadata["default_text"]
     if words is None and f.default not in (None, MISSING) and not isinstance(f.default, bool):
         words = str(f.default)
-    if words is not None and f.metadata["env"]:
-        words += f"; {f.metadata['env']} sets another"
     return words
 
 

@@ -16,11 +16,6 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# The suite's runs read this machine's speed with the probe: the default (`--host-pace auto`)
-# would start a pace process, one more torch import and a wait, in each of some 250 runs, two
-# at a time on CI's cores. tests/test_pace.py runs the pace process and the default explicitly.
-os.environ.setdefault("PHANTOM_HOST_PACE", "probe")
-
 
 def run_phantom(args: list[str], cwd: Path | None = None, timeout: int = 600,
                 env: dict | None = None) -> subprocess.CompletedProcess:

@@ -202,7 +202,7 @@ def _start_forever(tmp_path, logged: bool, nproc: int = 0):
                       "x = torch.ones(8, device='cuda')\nwhile True:\n    x = x + 1\n")
     options = ["--log-dir", str(tmp_path / "logs")] if logged else []
     options += ["--nproc-per-node", str(nproc)] if nproc else []
-    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", "--host-pace", "probe", *options,
+    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", *options,
                              str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     files = [tmp_path / f"rank{r}.pid" for r in range(max(nproc, 1))]
     deadline = time.time() + 120
@@ -277,19 +277,24 @@ def test_no_options_give_the_config_defaults(tmp_path, monkeypatch):
 
     from phantom.config import RunConfig
 
-    monkeypatch.delenv("PHANTOM_HOST_PACE", raising=False)
     s = tmp_path / "s.py"
     s.write_text("")
     # ranks aside: the CLI resolves `all` to the list of ranks that run
     assert parse_run_args([str(s), "--x"]) == replace(RunConfig(), script=str(s), args=["--x"], ranks="0")
 
 
-def test_an_option_given_beats_its_environment_variable(tmp_path, monkeypatch):
+def test_host_time_options_are_checked_together(tmp_path):
     s = tmp_path / "s.py"
     s.write_text("")
-    monkeypatch.setenv("PHANTOM_HOST_PACE", "process")
-    assert parse_run_args([str(s)]).host_pace == "process"
-    assert parse_run_args(["--host-pace", "probe", str(s)]).host_pace == "probe"
+    (tmp_path / "prof").mkdir()
+    config = parse_run_args(["--host-time", "counted", "--host-profile", str(tmp_path / "prof"), str(s)])
+    assert config.host_time == "counted"
+    for argv, words in ((["--host-time", "counted"], "--host-profile"),
+                        (["--host-profile", str(tmp_path / "prof")], "only with --host-time counted"),
+                        (["--host-time", "counted", "--host-profile", str(tmp_path / "none")], "no such directory"),
+                        (["--host-time", "off", "--save-host-profile", str(tmp_path)], "measured")):
+        with pytest.raises(UsageError, match=words):
+            parse_run_args([*argv, str(s)])
 
 
 def test_defaults_that_depend_on_other_options(tmp_path):

@@ -104,9 +104,9 @@ def summary(out: str) -> dict[str, float]:
 
 def test_representative_ranks_match_every_rank_on_pp_tp_dp():
     """8 ranks as pp 2 x dp 2 x tp 2: one process per pipeline stage stands in for the
-    others. Host time is taken out (--host-speed 0.0001): what is compared is the
+    others. Host time is taken out (--host-time off): what is compared is the
     simulation, not this machine's per-process timing noise."""
-    args = ["--nproc-per-node", "8", "--host-speed", "0.0001", "examples/llama_train.py",
+    args = ["--nproc-per-node", "8", "--host-time", "off", "examples/llama_train.py",
             "--preset", "debug", "--seq-len", "1024", "--local-batch-size", "2", "--tp", "2",
             "--pp", "2", "--steps", "3", "--warmup", "1"]
     every = phantom_run("--ranks", "all", *args)

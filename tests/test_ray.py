@@ -15,13 +15,13 @@ from phantom.launcher.launch import free_port
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'phantom-sim[ray]')")
 
 REPO = Path(__file__).resolve().parent.parent
-# Host time out (--host-speed 1e-6): both runs must simulate the same thing; what this
+# Host time out (--host-time off): both runs must simulate the same thing; what this
 # machine's Python timing adds would differ between any two runs. A Ray actor's CPU time
 # includes Ray's own threads: at 1e-4, their hundreds of ms moved a 3 ms step by 2% (seen).
 # Ranks 0 and 8 run (one per node, two Ray actors); the other 14 are represented. The same
 # job with all 16 ranks as actors (--ranks all) is not tested here: it
 # takes minutes of Ray worker start-up on a 2-core CI machine.
-ARGS = ["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", "--host-speed", "1e-6",
+ARGS = ["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", "--host-time", "off",
         str(REPO / "examples/llama_train.py"), "--preset", "debug", "--seq-len", "256",
         "--local-batch-size", "1", "--steps", "3", "--warmup", "1"]
 

@@ -91,7 +91,7 @@ CONFIGS_2GPU = [  # in the order the real run takes them (most wanted first)
     Config("z3-1b-ga2", 3, "llama-1b", 2048, 2, grad_accum=2),
     # ZeRO-3 at a batch that keeps the GPUs busier: the z3 rows above spend most of a step in
     # ZeRO-3's host work (their real samples spread by 14-64% over hosts and hours); here
-    # phantom's step is 1.17x its GPU and network time alone (`--host-speed 0.001`), against
+    # phantom's step is 1.17x its GPU and network time alone (`--host-time off`), against
     # 1.86x for z3-1b. ZeRO-2 at the same shape for comparison.
     Config("z3-1b-s4k", 3, "llama-1b", 4096, 6),
     Config("z2-1b-s4k", 2, "llama-1b", 4096, 6),

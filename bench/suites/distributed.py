@@ -247,7 +247,7 @@ def main() -> None:
     p.add_argument("--json", help="write all results (with phantom's reports) here")
     p.add_argument("--phantom", help="command that starts phantom (default: the `phantom` command, else phantom.cli from this checkout)")
     p.add_argument("--phantom-args", default="",
-                   help="more `phantom run` options, e.g. '--host-speed 1.0' when phantom runs on the real machine's host")
+                   help="more `phantom run` options, e.g. '--host-time off' for the GPU side alone")
     args = parser.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim}[args.mode](args)
 

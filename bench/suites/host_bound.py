@@ -77,14 +77,14 @@ def cmd_sim(args: argparse.Namespace) -> None:
             rep = runs[-1][2]
             busy = rep.get("gpu_busy_fraction") or 0.0
             sim_info = rep.get("simulation", {})
-            slow = (sim_info.get("host_speed_variation") or {}).get("slow_share")
+            host = sim_info.get("host_time") or {}
             err = 100 * (sim_ms - real_ms) / real_ms
             errs.append(abs(err))
             rows.append(f"| {name} | {real_ms} | {sim_ms:.2f} | {times[0]:.1f}-{times[-1]:.1f} | {err:+.1f} | "
-                        f"{100 * busy:.0f}% | {sim_info.get('host_speed', 0):.2f} | "
-                        f"{'' if slow is None else f'{100 * slow:.0f}%'} |")
+                        f"{100 * busy:.0f}% | {host.get('ratio') or 0:.2f} | "
+                        f"{(host.get('script_host_ns') or 0) / 1e6:.1f} |")
     table = "\n".join([f"| workload | real ms | sim ms (median of {args.repeat}) | sim range | err % | "
-                        "sim GPU busy | host speed | slow probe samples |",
+                        "sim GPU busy | host ratio | script Python ms |",
                         "|---|---|---|---|---|---|---|---|", *rows])
     if errs:
         table += f"\n\niteration time |error|: mean {statistics.mean(errs):.1f}%, max {max(errs):.1f}%\n"
@@ -107,7 +107,7 @@ def main() -> None:
             s.add_argument("--real", required=True)
             s.add_argument("--only", default="", help="comma-separated workload names (default: all)")
             s.add_argument("--repeat", type=int, default=3, help="simulations per workload (median)")
-            s.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
+            s.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-time off'")
     args = p.parse_args()
     (cmd_real if args.mode == "real" else cmd_sim)(args)
 

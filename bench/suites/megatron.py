@@ -71,7 +71,7 @@ REAL_CONFIGS = [
                                     "--core-attention", "sdpa")),
     # TP2 + SP at batches that keep the GPUs busy: the rows above spend most of a step on
     # the host (their real samples spread by 17-23% over hosts and hours), these mostly on the
-    # GPU (phantom with the host taken out, `--host-speed 0.001`, is within 1-3% of its full
+    # GPU (phantom with the host taken out, `--host-time off`, is within 1-3% of its full
     # run). Same model; 4x and 8x the tokens per micro-batch.
     Config("tp2-sp-mb8", ("--preset", "gpt-1.7b", "--seq-length", "2048", "--micro-batch-size", "8",
                           "--global-batch-size", "32", "--train-iters", "6", "--tp", "2",

@@ -327,7 +327,7 @@ def main() -> None:
     p.add_argument("--cold", action="store_true",
                    help="leave out the shipped kernel database (phantom run --no-db): fallback model only")
     p.add_argument("--phantom", help="command that starts phantom (default: the `phantom` command, else phantom.cli from this checkout)")
-    p.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-speed 1'")
+    p.add_argument("--run-args", default="", help="extra `phantom run` options, e.g. '--host-time off'")
     args = parser.parse_args()
     {"list": cmd_list, "real": cmd_real, "sim": cmd_sim}[args.mode](args)
 

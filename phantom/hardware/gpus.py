@@ -24,7 +24,9 @@ GIB = 1024**3
 # probe scaled by the two hosts' reference CPU training steps (700,833 against 603,441 ns, the
 # same files), which follow PyTorch's own host path.
 H200_HOST_PROBE_NS = 471_902.0
-H100_HOST_PROBE_NS = H200_HOST_PROBE_NS * 700_833.0 / 603_441.0
+H200_HOST_STEP_NS = 603_441.0  # the reference CPU training step (phantom.host.machine's history)
+H100_HOST_STEP_NS = 700_833.0
+H100_HOST_PROBE_NS = H200_HOST_PROBE_NS * H100_HOST_STEP_NS / H200_HOST_STEP_NS
 # How far below that fastest speed a GPU node's host runs on average: the median of the mean
 # slowdowns of the pure-Python probe of bench/host/host_flicker.py, run back to back for 10-15 s on
 # H200 and H100 nodes (one value per probing core; the files are listed in bench/host/host_pairs.py).

@@ -4,39 +4,38 @@ Note [Host time]
 ~~~~~~~~~~~~~~~~
 A rank's simulated host clock moves for these reasons only:
 
-    host clock += script gaps (measured, converted) + fixed node costs + waits on the GPU
-                  + the script's own sleeps (time.sleep on the simulated host)
+    host clock += script Python  + torch's work   + fixed node costs + waits on the GPU
+                  (measured)       (table prices)    (constants)        (engine.Timeline)
 
-* Script gaps (`account.HostAccount.begin_op`): the CPU time this process spent between two
-  entries into phantom, i.e. the script's own Python, the framework's hooks and torch's
-  dispatch up to phantom's handler, converted to the node in this order:
+* Script Python (`account.HostAccount._charge_script`): each segment of the script's own
+  Python, the stretch of a thread between two torch calls (its code, the framework's hooks and
+  modules' Python, DTensor's and FSDP's Python outside torch calls). Where a segment ends is
+  told by interception.boundary (Note [The torch-call boundary]). Per segment:
 
-      gap = gap_here * speed_factor * host_speed - wake_credit - release_credit
-      gap = steady(site, gap)                          (--host-gaps steady)
-      gap = gap - dispatch_overhead (or api_overhead) - list_overheads + node_list_costs
-      charged = max(0, gap) * rank_pace
+      charged = max(0, thread_cpu_ns - boundary_ns) * ratio        (--host-time measured)
+      charged = steady(site, charged)                               (steady.SteadyGaps)
+      charged = the saved profile's next segment                    (--host-time counted)
 
-  - `speed_factor` (speed.HostSpeedNormalizer) scales this machine's time now to its best
-    observed speed (the pace process's reading of the reference step, else a pure-Python
-    probe, against the fastest this machine has run them);
-  - `host_speed` is the node's reference CPU step (GPUSpec.host_step_ns, measured on the GPU
-    host) over this machine's best time for the same step (machine.reference_step_ns);
-  - the credits and overheads, all in node ns, are what phantom's own path adds to a gap that
-    a real run does not pay: the cold caches after a blocking coordinator round trip, freed
-    fake storages' finalizers, the fake dispatch per handler entry or simulated runtime call,
-    each tensor of a list argument or returned list. Each is measured at start-up against the
-    same work on real CPU tensors (calibration.py); the node's own cost of a list tensor and
-    of a freed storage is charged instead;
-  - `steady` (steady.SteadyGaps): a gap seen in earlier iterations is charged at the mean of the
-    same point of the last few, and a distributed run's ranks charge their class leader's means;
-  - `rank_pace` (steady.straggler_pace) is the slowest of a node's ranks against a typical one.
-* Fixed node costs: what the node's host pays for work phantom does instead of the GPU stack
-  (a kernel launch, a GEMM's cuBLAS set-up, a runtime call, a collective's enqueue, a CUDA
-  graph's instantiation and replay), measured constants charged at the call at `rank_pace`
-  (account.HostAccount.at_pace, api_exit).
+  - `thread_cpu_ns`: this thread's CPU time (time.thread_time_ns): waiting for a core is not
+    in it; freed fake tensors' deallocation (`release_ns` each) and garbage collections are
+    taken off;
+  - `boundary_ns`: what marking one torch call adds to the segment here (machine.MachineSpeed);
+  - `ratio`: the node's time for a pure-Python probe (GPUSpec.host_probe_ns, at its typical
+    speed GPUSpec.host_mean_slowdown) over this machine's (`phantom calibrate`'s file, else
+    measured at start-up): machine.py;
+  - `steady`: a site seen in earlier iterations is charged at a low order statistic of the
+    same point of the last few, robust to one-sided noise; a distributed run's ranks charge
+    their class leader's values.
+* Torch's work (`costs.HostCosts`): everything inside a torch call, priced from the table
+  measured on the node's host: the call's way in by its kind, each ATen op it dispatches by
+  its overload and whether autograd records a node, list ops by their length, backward ops
+  at their no-grad row plus the engine's cost of a node. Never measured here.
+* Fixed node costs: what the node's host pays for work no table row prices (a runtime call
+  `torch.cuda.*`, a collective's enqueue, a CUDA graph's replay, a compiled graph's call, a
+  kernel of generated code): measured constants charged at `HostAccount.at_pace`.
 * Waits: a synchronize, a blocking copy or a value read moves the host clock to the GPU's
   completion time (engine.Timeline).
 
-Python's garbage collections and phantom's own work inside a gap (freeing a fake storage) are
-taken off the gap (`on_gc`, `storage_released`).
+All of a multi-GPU rank's host time runs at the pace of its node's slowest rank
+(`steady.straggler_pace`). `--host-time off` charges none of it.
 """

@@ -46,8 +46,7 @@ def op_class(op: Any) -> str:
     name = packet.rstrip("_")
     schema = getattr(op, "_schema", None)
     if schema is not None:
-        if any(str(a.type).startswith("Tensor[]") or "Tensor?[]" in str(a.type)
-               for a in schema.arguments):
+        if any(str(a.type) == "List[Tensor]" for a in schema.arguments):
             return "list"
         returns = schema.returns
         if returns and returns[0].alias_info is not None and not returns[0].alias_info.is_write:
@@ -117,7 +116,9 @@ class HostCosts:
         try:
             rows = {name: {k: float(v) for k, v in row.items() if k in ("no_grad", "grad")}
                     for name, row in data["ops"].items()}
-            lines = {name: _fit(list(v["lengths"]), [float(x) for x in v["ns"]])
+            # fitted against all the call's list tensors, as phantom counts them
+            # (interception.mode._list_tensors); `lengths` is per list
+            lines = {name: _fit(list(v.get("tensors", v["lengths"])), [float(x) for x in v["ns"]])
                      for name, v in data.get("lists", {}).items()}
             costs = cls(path, data.get("provenance", {}),
                         {k: float(v) for k, v in data["api_call_ns"].items()}, rows, lines,
@@ -192,7 +193,8 @@ class HostCosts:
         total = sum(self.charged.values())
         return {"table": str(self.path), "provenance": self.provenance,
                 "charged_ns": dict(self.charged),
-                "row_share": (self.charged["row"] + self.charged["line"]) / total if total else None}
+                # what the table's measurements priced, rather than a class median
+                "row_share": 1 - self.charged["class"] / total if total else None}
 
 
 def _resolve(torch: Any, name: str) -> Any:

@@ -711,14 +711,18 @@ def install(sim: "Simulation") -> None:
     def traced(dynamo_call: Any, eager_call: Any, name: str) -> Any:
         """A Dynamo entry point with phantom's backend; `eager_call` from the first time
         phantom's backend fails on it. Dynamo's guards and AOTAutograd's wrappers are the same
-        Python on the node and here: their time is the script's, like any Python's."""
+        Python on the node and here: their time is the script's, like any Python's. Dynamo
+        runs without the torch-call boundary's mode (boundary.suspended)."""
+        from phantom.interception import boundary
+
         state = {"eager": False}
 
         def call(*args: Any, **kwargs: Any) -> Any:
             if state["eager"]:
                 return eager_call(*args, **kwargs)
             try:
-                return dynamo_call(*args, **kwargs)
+                with boundary.suspended():
+                    return dynamo_call(*args, **kwargs)
             except (torch._dynamo.exc.BackendCompilerFailed,
                     torch._dynamo.exc.InternalTorchDynamoError) as e:
                 # phantom's backend failed (an op the runner cannot take), or Dynamo did on

@@ -139,8 +139,6 @@ def resolve_defaults(config: RunConfig, given: dict) -> None:
     """Set the options that were not given and whose default depends on the others (`given`:
     the options given, by field name), in this order:
 
-    - an option with an environment variable (`option(..., env=NAME)`) takes its value,
-      where that is set and not empty;
     - --nproc-per-node, --nnodes or --cluster make the run distributed; the cluster (the preset
       or TOML file of --cluster, else one node with NVLink) resolves the ranks per node, the
       nodes, and without --gpu the GPU;
@@ -148,13 +146,6 @@ def resolve_defaults(config: RunConfig, given: dict) -> None:
     - --ranks: `all` up to AUTO_RANKS_ABOVE ranks, `auto` above.
     Each step fails with a UsageError on input it cannot use, so that bad input fails before
     launch."""
-    for f in option_fields():
-        env = f.metadata["env"]
-        if env and f.name not in given and os.environ.get(env):
-            value, choices = os.environ[env], f.metadata["choices"]
-            if choices and value not in choices:
-                raise UsageError(f"{env} must be one of {', '.join(choices)}, got {value!r}")
-            setattr(config, f.name, value)
     if given.keys() & {"nnodes", "nproc_per_node", "cluster"}:
         _resolve_cluster(config, given)
     if config.ray_address:

@@ -21,7 +21,7 @@ from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Timeline
 from phantom.engine.fusion import FUSABLE_CLASSES
 from phantom.engine.power import governor_for
-from phantom.host.account import HOST_KERNEL_LAUNCH_NS, REAL_NS, HostAccount
+from phantom.host.account import GEMM_EXTRA_HOST_NS, HOST_KERNEL_LAUNCH_NS, REAL_NS, HostAccount
 from phantom.host.costs import HostCosts, table_path
 from phantom.host.machine import MachineSpeed
 from phantom.host.profile import ProfileReader
@@ -132,7 +132,7 @@ class Simulation:
             else:
                 if fusion.kernel is not None:  # a GEMM or the like splits a compiled function
                     fusion.flush()
-                self.launch(func, cost, stream_id, args, launch_host_ns=0.0)
+                self.launch(func, cost, stream_id, args, launch_host_ns=self._launch_host_ns(cost))
         values.propagate_hint(func, args, out, kwargs)
 
     def launch(self, func: Any, cost: KernelCost, stream_id: int, args: tuple = (),
@@ -151,6 +151,13 @@ class Simulation:
             capture.kernel(name, cost, stream_id)
             return
         self.enqueue(name, cost, stream_id, host_ns, args)
+
+    def _launch_host_ns(self, cost: KernelCost) -> float:
+        """The host cost of an op's kernel launch: none where the host-cost table priced the op
+        (its row includes the launch), else the node's launch (a compiled graph's extern GEMM)."""
+        if self.host.op_priced():
+            return 0.0
+        return HOST_KERNEL_LAUNCH_NS + (GEMM_EXTRA_HOST_NS if cost.op_class == "gemm" else 0.0)
 
     def enqueue(self, name: str, cost: KernelCost, stream_id: int, host_ns: float,
                 args: tuple = (), in_graph: bool = False, uses_sms: bool = True) -> None:
