@@ -339,6 +339,12 @@ class HostAccount:
         self.segments = self.torch_calls = self.dispatched_ops = self.api_calls = 0
         for key in self.costs.charged:
             self.costs.charged[key] = 0.0
+        if self.steady is not None:
+            self.steady = SteadyGaps()
+        if self.recorded is not None:
+            self.recorded = ProfileWriter()
+        if self.replay is not None:
+            self.replay.rewind()
         t = self._thread
         t.mark, t.script = self.clock(), True
 

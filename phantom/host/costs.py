@@ -42,7 +42,10 @@ class HostCostTableError(ValueError):
 
 def op_class(op: Any) -> str:
     """The class an ATen overload is priced by when the table has no row for it."""
-    packet = getattr(op, "_opname", None) or str(op).split(".")[1]
+    packet = getattr(op, "_opname", None)
+    if not isinstance(packet, str):  # a higher-order op, or another callable
+        parts = str(getattr(op, "__name__", op)).split(".")
+        packet = parts[1] if len(parts) > 2 else parts[0]
     name = packet.rstrip("_")
     schema = getattr(op, "_schema", None)
     if schema is not None:

@@ -74,6 +74,10 @@ class ProfileReader:
         self.matched = 0
         self.departed = 0
 
+    def rewind(self) -> None:
+        """Charge from the first saved segment again (the script starts now)."""
+        self._next = self.matched = self.departed = 0
+
     def next(self, site: str) -> float:
         i = self._next
         if i < len(self._sites) and self._sites[i] == site:
