@@ -23,7 +23,8 @@ TABLE = {
             "aten.mul.Tensor": {"no_grad": 6_000.0, "grad": 9_000.0},
             "aten.sub.Tensor": {"no_grad": 7_000.0, "grad": 10_000.0}},
     "lists": {"aten._foreach_add_.Scalar": {"lengths": [1, 4, 16], "ns": [6_000.0, 7_500.0, 13_500.0]}},
-    "backward_node_ns": 2_000.0, "record_function_ns": 6_000.0,
+    "backward_node_ns": 2_500.0, "record_function_ns": 6_000.0,
+    "backward": {"fixed_ns": 50_000.0, "marginal_per_node_ns": 2_000.0},
 }
 
 
@@ -52,7 +53,7 @@ def make_account(costs, mode="measured", probe_ratio=2.0, boundary_ns=100.0, rep
 
     gpu = get_gpu("H200")
     node = gpu.host_probe_ns * gpu.host_mean_slowdown
-    machine = MachineSpeed(node / probe_ratio, boundary_ns, 0.0, "test")
+    machine = MachineSpeed(node / probe_ratio, boundary_ns, boundary_ns, 0.0, "test")
     host = HostAccount(gpu, Timeline(sm_count=gpu.sm_count), mode, costs, machine, replay, record,
                        0.0, lambda: None)
     host.steady = None  # each segment as measured
@@ -73,15 +74,15 @@ def test_the_table_prices_rows_list_lines_and_class_medians(costs):
     aten = torch.ops.aten
     assert costs.op_ns(aten.add.Tensor, grad=False) == 5_000.0
     assert costs.op_ns(aten.add.Tensor, grad=True) == 8_000.0
-    # a backward op: its no-grad row and the engine's cost of a node
-    assert costs.op_ns(aten.mm.default, grad=True, backward=True) == 15_000.0 + 2_000.0
+    # the engine's own costs: per node and per pass, with the pass's fixed cost taken out
+    assert costs.backward_ns(nodes=3, passes=1) == 3 * 2_000.0 + 50_000.0
     # a list op: the line through its measured lengths (500 ns a tensor)
     assert costs.op_ns(aten._foreach_add_.Scalar, grad=False, list_tensors=64) == pytest.approx(5_500.0 + 500.0 * 64)
     # an op with no row: its class's median (pointwise: add, mul, sub)
     assert costs.op_ns(aten.div.Tensor, grad=False) == 6_000.0
     assert costs.op_ns(aten.bmm.default, grad=False) == 15_000.0  # gemm
     report = costs.report()
-    assert report["charged_ns"]["class"] == 21_000.0
+    assert report["charged_ns"]["class"] == 21_000.0 and report["charged_ns"]["backward"] == 56_000.0
     assert report["row_share"] == pytest.approx(1 - 21_000.0 / (sum(report["charged_ns"].values())))
 
 
@@ -135,8 +136,9 @@ def test_script_segments_are_measured_between_torch_calls(costs):
     torch_call(host, clock)
     clock.ns += 600
     torch_call(host, clock, kind="property")
-    # (1100 - 100) and (600 - 100) of this machine's ns, at 2 node ns each
-    assert host.script_host_ns == pytest.approx(2 * 1_000 + 2 * 500)
+    # each call's boundary cost (100) comes half off the segment before it, half off the one
+    # after: (1100 - 50) and (600 - 50 - 50) of this machine's ns, at 2 node ns each
+    assert host.script_host_ns == pytest.approx(2 * 1_050 + 2 * 500)
     assert host.segments == 2 and host.torch_calls == 2
     assert host.priced_host_ns == 300.0 + 100.0  # a method's and a property's way in
 
@@ -179,7 +181,9 @@ def test_in_a_backward_pass_only_hooks_python_is_measured(costs):
     host.backward_exit(saved)
     host.torch_call_exit()
     assert host.script_host_ns == 3_000
-    assert host.priced_host_ns == pytest.approx(300.0 + 4 * (6_000.0 + 2_000.0) + 2 * 300.0)
+    # the call's way in, the pass, the engine's ops at their no-grad rows (no autograd node is
+    # running outside a real backward: no node costs), the hook's two calls
+    assert host.priced_host_ns == pytest.approx(300.0 + 50_000.0 + 4 * 6_000.0 + 2 * 300.0)
 
 
 def test_phantoms_own_entries_and_runtime_calls_are_not_the_scripts(costs):
@@ -243,7 +247,7 @@ def test_a_calibration_is_read_only_for_this_cpu_and_python(tmp_path):
     import platform
 
     path = tmp_path / "cal.json"
-    write_calibration(MachineSpeed(300_000.0, 1_500.0, 3_000.0, "", cpu_model(), platform.python_version()), path)
+    write_calibration(MachineSpeed(300_000.0, 1_500.0, 4_000.0, 3_000.0, "", cpu_model(), platform.python_version()), path)
     speed = read_calibration(path)
     assert speed.probe_ns == 300_000.0 and speed.source == str(path)
     data = json.loads(path.read_text())
@@ -261,7 +265,8 @@ def test_calibrate_writes_the_file_runs_read(tmp_path, run_script):
     proc = run_phantom(["calibrate", "--force", "--out", str(out)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     data = json.loads(out.read_text())
-    assert data["probe_ns"] > 0 and data["boundary_ns"] > 0 and data["release_ns"] >= 0
+    assert data["probe_ns"] > 0 and data["release_ns"] >= 0
+    assert data["boundary_python_ns"] > data["boundary_ns"] > 0
 
 
 def test_counted_without_a_profile_is_a_usage_error(tmp_path, run_script):

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
 from phantom.engine import Timeline
 from phantom.hardware import GPUSpec
 from phantom.host.costs import HostCosts
@@ -58,6 +60,8 @@ class _ThreadState(threading.local):
     torch_depth = 0  # nested torch API calls (interception.boundary)
     phantom_depth = 0  # nested entries into phantom (begin_op, api_enter)
     priced = False  # whether the op phantom is handling was priced from the table
+    leak_after = 0.0  # what the last torch call's way out adds to the open segment (this machine's ns)
+    node: Any = None  # the autograd node whose ops the engine runs on this thread
 
 
 class HostAccount:
@@ -88,7 +92,7 @@ class HostAccount:
         self._backward = 0  # backward passes running (the engine's threads see it too)
         # node ns per ns of this machine's thread time (measured mode)
         self.ratio = 1.0
-        self.boundary_ns = self.release_ns = 0.0
+        self.boundary_ns = self.boundary_python_ns = self.release_ns = 0.0
         if machine is not None:
             self.set_machine(machine)
         self.steady = SteadyGaps() if mode == "measured" else None
@@ -109,25 +113,30 @@ class HostAccount:
         """This machine's speed (host.machine): how measured segments convert to the node."""
         self.machine = machine
         self.boundary_ns = machine.boundary_ns
+        self.boundary_python_ns = machine.boundary_python_ns
         self.release_ns = machine.release_ns
         if self.mode == "measured":
             self.ratio = machine.ratio(self.gpu.host_probe_ns * self.gpu.host_mean_slowdown)
 
     # -- segments of the script's own Python ----------------------------------------------
-    def _close(self, t: _ThreadState, now: int, site: Any, charge: bool) -> None:
+    def _close(self, t: _ThreadState, now: int, site: Any, charge: bool, leak_before: float = 0.0) -> None:
+        """End this thread's open segment at `now`; charge it if it is the script's. What the
+        boundary added to it, the last call's way out and `leak_before` (the way into the call
+        that ends it), is taken off."""
         mark, t.mark = t.mark, None
+        leak, t.leak_after = t.leak_after + leak_before, 0.0
         if mark is None or not (charge and t.script):
             return
-        self._charge_script(now - mark, site)
+        self._charge_script(now - mark - leak, site)
 
-    def _charge_script(self, here_ns: int, site: Any) -> None:
+    def _charge_script(self, here_ns: float, site: Any) -> None:
         self.segments += 1
         if self.mode == "off":
             return
         if self.mode == "counted":
             ns = self.replay.next(_site_name(site)) if self.replay is not None else 0.0
         else:
-            ns = max(0.0, here_ns - self.boundary_ns) * self.ratio
+            ns = max(0.0, here_ns) * self.ratio
             if self.steady is not None:
                 ns = self.steady.typical(site, ns)
             if self.recorded is not None:
@@ -153,13 +162,17 @@ class HostAccount:
         t = self._thread
         return t.phantom_depth == 1 and t.priced
 
-    def torch_call_enter(self, func: Any, kind: str, now: int) -> None:
+    def torch_call_enter(self, func: Any, kind: str, now: int, python: bool = False) -> None:
         """An outermost torch API call `func` of `kind` ("method", "function", "property")
-        begins; `now`: HOST_CLOCK_NS read first thing in the boundary."""
+        begins; `python`: a torch function written in Python; `now`: HOST_CLOCK_NS read first
+        thing in the boundary. The boundary's cost of the call (machine.MachineSpeed) is taken
+        half off the segment it ends, half off the one it starts."""
         t = self._thread
         t.torch_depth += 1
         if t.torch_depth == 1:
-            self._close(t, now, func, charge=True)
+            half = (self.boundary_python_ns if python else self.boundary_ns) / 2
+            self._close(t, now, func, charge=True, leak_before=half)
+            t.leak_after = half
             self.torch_calls += 1
             self._price(self.costs.api_ns(kind))
 
@@ -167,7 +180,7 @@ class HostAccount:
         t = self._thread
         t.torch_depth -= 1
         if t.torch_depth == 0:
-            t.mark, t.script = self.clock(), True
+            t.mark, t.script = self.clock(), True  # t.leak_after: set at the call's entry
 
     def backward_enter(self) -> int:
         """The autograd engine starts a backward pass from this thread. Returns what
@@ -176,6 +189,7 @@ class HostAccount:
         saved, t.torch_depth = t.torch_depth, 0
         self._backward += 1
         t.mark, t.script = None, False
+        self._price(self.costs.backward_ns(passes=1))
         return saved
 
     def backward_exit(self, saved: int) -> None:
@@ -203,10 +217,16 @@ class HostAccount:
             self._close(t, self.clock() if now is None else now, site, charge=not self._backward)
         if dispatched and self.mode != "off":
             self.dispatched_ops += 1
-            backward = self._backward > 0 and t.torch_depth == 0
-            ns = self.costs.op_ns(site, grad, list_inputs, backward)
-            if t.torch_depth == 0 and not backward:
-                ns += self.costs.api_ns("function")
+            if self._backward > 0 and t.torch_depth == 0:  # the engine runs it
+                ns = self.costs.op_ns(site, False, list_inputs)
+                node = torch._C._current_autograd_node()
+                if node is not None and node is not t.node:
+                    t.node = node
+                    ns += self.costs.backward_ns(nodes=1)
+            else:
+                ns = self.costs.op_ns(site, grad, list_inputs)
+                if t.torch_depth == 0:
+                    ns += self.costs.api_ns("function")
             self._price(ns)
 
     def end_op(self) -> None:
@@ -320,7 +340,8 @@ class HostAccount:
             "ratio": self.ratio if self.mode == "measured" else None,
             "machine": None if machine is None else {
                 "source": machine.source, "probe_ns": machine.probe_ns,
-                "boundary_ns": machine.boundary_ns, "release_ns": machine.release_ns,
+                "boundary_ns": machine.boundary_ns, "boundary_python_ns": machine.boundary_python_ns,
+                "release_ns": machine.release_ns,
                 "cpu": machine.cpu},
             "node_probe_ns": self.gpu.host_probe_ns,
             "node_mean_slowdown": self.gpu.host_mean_slowdown,

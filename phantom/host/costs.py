@@ -12,8 +12,9 @@ not the Python around it. `HostCosts` prices:
   ops taking tensor lists (foreach, fused optimizers, cat) by a line through the list lengths
   measured (`lists`); an op the table lacks by the median of its class's rows, classes told
   apart here by the op's schema and tags (`op_class`), never by a copied number;
-* each op the autograd engine runs in a backward pass at its no-grad row plus the engine's
-  own cost of a node (`backward_node_ns`).
+* each op the autograd engine runs in a backward pass at its no-grad row, each autograd node
+  it runs at the engine's own cost of a node (`backward_node_ns`), and each backward pass at
+  its fixed cost (`backward_call_ns`).
 
 Which rows priced how much host time is counted (`HostCosts.report`).
 """
@@ -100,6 +101,7 @@ class HostCosts:
     rows: dict[str, dict[str, float]]
     lines: dict[str, _Line]
     backward_node_ns: float
+    backward_call_ns: float
     record_function_ns: float
     class_ns: dict[str, dict[str, float]] = field(default_factory=dict)
     list_per_tensor_ns: float = 0.0
@@ -123,9 +125,13 @@ class HostCosts:
             # (interception.mode._list_tensors); `lengths` is per list
             lines = {name: _fit(list(v.get("tensors", v["lengths"])), [float(x) for x in v["ns"]])
                      for name, v in data.get("lists", {}).items()}
+            backward = data.get("backward", {})
+            # per node with the pass's fixed cost taken out, where the table measured both
+            node_ns = float(backward.get("marginal_per_node_ns", data["backward_node_ns"]))
             costs = cls(path, data.get("provenance", {}),
                         {k: float(v) for k, v in data["api_call_ns"].items()}, rows, lines,
-                        float(data["backward_node_ns"]), float(data.get("record_function_ns", 0.0)))
+                        node_ns, float(backward.get("fixed_ns", 0.0)),
+                        float(data.get("record_function_ns", 0.0)))
         except (KeyError, TypeError, ValueError) as e:
             raise HostCostTableError(f"{path}: malformed host-cost table ({type(e).__name__}: {e}); "
                                      f"expected the fields bench/host/host_cost_table.py writes") from None
@@ -156,19 +162,22 @@ class HostCosts:
         self.charged["api"] += ns
         return ns
 
-    def op_ns(self, op: Any, grad: bool, list_tensors: int = 0, backward: bool = False) -> float:
+    def op_ns(self, op: Any, grad: bool, list_tensors: int = 0) -> float:
         """The node's host ns for one dispatched ATen op `op` (an OpOverload): `grad`, autograd
-        records a node for it; `list_tensors`, tensors in its list arguments; `backward`, the
-        engine runs it in a backward pass."""
-        key = (op, grad and not backward, list_tensors)
+        records a node for it; `list_tensors`, tensors in its list arguments."""
+        key = (op, grad, list_tensors)
         hit = self._cache.get(key)
         if hit is None:
-            hit = self._cache[key] = self._price(op, grad and not backward, list_tensors)
+            hit = self._cache[key] = self._price(op, grad, list_tensors)
         ns, source = hit
         self.charged[source] += ns
-        if backward:
-            self.charged["backward"] += self.backward_node_ns
-            ns += self.backward_node_ns
+        return ns
+
+    def backward_ns(self, nodes: int = 0, passes: int = 0) -> float:
+        """The autograd engine's own cost of running `nodes` nodes and starting `passes`
+        backward passes."""
+        ns = nodes * self.backward_node_ns + passes * self.backward_call_ns
+        self.charged["backward"] += ns
         return ns
 
     def _price(self, op: Any, grad: bool, list_tensors: int) -> tuple[float, str]:

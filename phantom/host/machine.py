@@ -55,9 +55,14 @@ class MachineSpeed:
     probe_ns: float
     """`probe_ns()` here, at the low percentile of many runs."""
     boundary_ns: float
-    """What marking one torch call's boundary adds to the script's measured time here (the way
-    into and out of interception.boundary's mode before and after its clock reads): taken off
-    each script segment, measured by interception.boundary.measure_boundary_ns."""
+    """What marking one torch call adds to the script's measured time here (the way into and out
+    of interception.boundary's mode before and after its clock reads, torch's argument parsing
+    before it offers the call to the mode): taken off the segments around each call, measured by
+    interception.boundary.measure_boundary_ns."""
+    boundary_python_ns: float
+    """The same for a torch function written in Python (torch.nn.functional.layer_norm,
+    Tensor.split), which reaches the mode through torch.overrides.handle_torch_function's
+    Python."""
     release_ns: float
     """What freeing a fake tensor adds to the script's measured time here beyond what phantom's
     finalizer brackets: taken off per freed storage (interception.boundary._measure_release_ns).
@@ -89,7 +94,7 @@ def read_calibration(path: Path | None = None) -> MachineSpeed | None:
     try:
         data = json.loads(path.read_text())
         speed = MachineSpeed(float(data["probe_ns"]), float(data["boundary_ns"]),
-                             float(data["release_ns"]), str(path),
+                             float(data["boundary_python_ns"]), float(data["release_ns"]), str(path),
                              data.get("cpu", ""), data.get("python", ""), data.get("date", ""))
     except (OSError, ValueError, KeyError, TypeError):
         return None

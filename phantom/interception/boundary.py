@@ -38,6 +38,7 @@ from phantom.host.machine import MachineSpeed, cpu_model, measure_probe, read_ca
 if TYPE_CHECKING:
     from phantom.sim import Simulation
 
+_PYTHON_FUNCTION = types.FunctionType  # __torch_function__'s `types` argument shadows the module
 _BUILTIN_METHOD_TYPES = (types.MethodDescriptorType, types.BuiltinMethodType, types.MethodWrapperType,
                          types.WrapperDescriptorType)
 
@@ -66,7 +67,7 @@ class TorchCallBoundary(TorchFunctionMode):
         host = self.host
         if host.inside_phantom():
             return func(*args, **kwargs)
-        host.torch_call_enter(func, call_kind(func), now)
+        host.torch_call_enter(func, call_kind(func), now, isinstance(func, _PYTHON_FUNCTION))
         try:
             return func(*args, **kwargs)
         finally:
@@ -127,16 +128,21 @@ def _wrap_engine(boundary: TorchCallBoundary) -> None:
     torch.autograd._engine_run_backward = engine_run_backward
 
 
-def _boundary_cases(x: torch.Tensor, out: torch.Tensor) -> dict[str, Callable[[], Any]]:
+def _boundary_cases(x: torch.Tensor, out: torch.Tensor, python: bool) -> list[Callable[[], Any]]:
     """Torch calls of the kinds scripts make most, none allocating a storage: a property, a
-    method that dispatches nothing, views, in-place and out= ops."""
-    return {"shape": lambda: x.shape, "dim": lambda: x.dim(), "view": lambda: x.view(-1),
-            "t": lambda: x.t(), "add_": lambda: x.add_(1.0), "mul_": lambda: x.mul_(1.0),
-            "add_out": lambda: torch.add(x, 1.0, out=out)}
+    method that dispatches nothing, views, in-place and out= ops; with `python`, torch
+    functions written in Python."""
+    import torch.nn.functional as F
+
+    if python:
+        return [lambda: F.relu(x, inplace=True), lambda: x.split(4),
+                lambda: F.dropout(x, 0.5, training=False)]
+    return [lambda: x.shape, lambda: x.dim(), lambda: x.view(-1), lambda: x.t(),
+            lambda: x.add_(1.0), lambda: x.mul_(1.0), lambda: torch.add(x, 1.0, out=out)]
 
 
-def measure_boundary_ns(host_factory: Callable[[], HostAccount], device: str = "cuda",
-                        calls: int = 1_000, rounds: int = 9) -> float:
+def measure_boundary_ns(host_factory: Callable[[], HostAccount], python: bool = False,
+                        device: str = "cuda", calls: int = 1_000, rounds: int = 9) -> float:
     """What marking one torch call adds to the script's measured time on this machine: loops of
     torch calls (`_boundary_cases`) under the boundary, as the account measures their segments,
     against the same loop calling a C builtin, which is all the script's own time there is. The
@@ -148,7 +154,7 @@ def measure_boundary_ns(host_factory: Callable[[], HostAccount], device: str = "
 
     x = torch.zeros(8, 8, device=device)
     out = torch.empty_like(x)
-    cases = _boundary_cases(x, out)
+    cases = _boundary_cases(x, out, python)
 
     def plain() -> float:
         noop = lambda: id(x)  # noqa: E731 (the cases' own lambda call)
@@ -169,7 +175,7 @@ def measure_boundary_ns(host_factory: Callable[[], HostAccount], device: str = "
         return host.script_host_ns / host.segments
 
     leaks = []
-    for fn in cases.values():
+    for fn in cases:
         samples = [per_segment(fn) for _ in range(rounds)]
         base = [plain() for _ in range(rounds)]
         leaks.append(low_percentile(samples, 0.3) - low_percentile(base, 0.3))
@@ -189,7 +195,7 @@ def measure_machine(sim: "Simulation", probes: int = 60, rounds: int = 9) -> Mac
 
     def bare_host() -> HostAccount:
         # converts at 1:1 and charges each segment as measured
-        same = MachineSpeed(gpu.host_probe_ns * gpu.host_mean_slowdown, 0.0, 0.0, "")
+        same = MachineSpeed(gpu.host_probe_ns * gpu.host_mean_slowdown, 0.0, 0.0, 0.0, "")
         host = HostAccount(gpu, Timeline(sm_count=gpu.sm_count), "measured", sim.host.costs, same,
                            None, False, 0.0, lambda: None)
         host.steady = None
@@ -197,13 +203,14 @@ def measure_machine(sim: "Simulation", probes: int = 60, rounds: int = 9) -> Mac
 
     probe = measure_probe(probes)
     boundary_ns = measure_boundary_ns(bare_host, rounds=rounds)
+    boundary_python_ns = measure_boundary_ns(bare_host, python=True, rounds=rounds)
     real_host = sim.host
     try:
         release_ns = _measure_release_ns(sim, bare_host, rounds)
     finally:
         sim.host = real_host
         sim.forget_work()
-    return MachineSpeed(probe, boundary_ns, release_ns, "measured at start", cpu_model(),
+    return MachineSpeed(probe, boundary_ns, boundary_python_ns, release_ns, "measured at start", cpu_model(),
                         platform.python_version(),
                         datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
 

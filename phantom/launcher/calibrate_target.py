@@ -22,7 +22,8 @@ def main() -> None:
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core: no migrations
     speed = measure_machine(sim, probes=400, rounds=21)
     write_calibration(replace(speed, source=str(path)), path)
-    print(f"probe {speed.probe_ns / 1e3:.1f} us, torch-call boundary {speed.boundary_ns:.0f} ns, "
+    print(f"probe {speed.probe_ns / 1e3:.1f} us, torch-call boundary {speed.boundary_ns:.0f} ns "
+          f"({speed.boundary_python_ns:.0f} ns for Python torch functions), "
           f"tensor release {speed.release_ns:.0f} ns ({speed.cpu}, Python {speed.python})")
 
 
