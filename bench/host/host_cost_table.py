@@ -23,7 +23,8 @@ the same loop calling a trivial C builtin of the same arity (`"".format(...)`). 
 is dropped at once, as a temporary's is, so its free (and in the grad column its autograd node's)
 is part of its price.
 
-Run on the GPU machine, twice (one JSON per call). `torch.testing._internal` needs expecttest,
+Run on the GPU machine, on two or more device calls (one JSON per call; the shipped table's
+three are in bench/host/data/host_costs_H200_calls/). `torch.testing._internal` needs expecttest,
 which the GPU image lacks: carry its wheel in `.whl/host_cost_table` (here:
 `pip download --no-deps -d .whl/host_cost_table expecttest==0.3.0`); without it only the
 hand-listed cases run. Each call, about 4 minutes there:
@@ -34,7 +35,7 @@ hand-listed cases run. Each call, about 4 minutes there:
 
 then, here (no GPU needed), into the table phantom ships:
 
-    python bench/host/host_cost_table.py combine call1.json call2.json \
+    python bench/host/host_cost_table.py combine bench/host/data/host_costs_H200_calls/*.json \
         --out phantom/host/data/host_costs_H200.json
 
 (the shipped H200 table also passed `--exclude` for the OpInfo lambdas its calls had not yet
