@@ -2,7 +2,7 @@
 and what each costs.
 
     python bench/kernels/mix_order_probe.py --out probe.json          # on a GPU, ~2 min
-    phantom run --gpu H100 --host-speed 0.0001 bench/kernels/mix_order_probe.py --only ... --out sim.json
+    phantom run --gpu H100 --host-time off bench/kernels/mix_order_probe.py --only ... --out sim.json
     python bench/kernels/mix_order_probe.py --compare probe.json [probe2.json ...] sim.json
 
 In torchtitan's compiled float8 step Inductor fuses the float8 casts of

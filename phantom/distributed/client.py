@@ -39,8 +39,9 @@ class CoordinatorClient:
         return self._ask(("gaps", iteration, means))
 
     def shared_calibration(self, measure: Callable[[], dict]) -> dict:
-        """The run's host calibration (dispatch overhead, wake-up cost, host speed): `measure()`
-        here if this rank is the first to ask, else what the first one measured."""
+        """This machine's speed for the run's host time (host.machine.MachineSpeed, where no
+        `phantom calibrate` file exists): `measure()` here if this rank is the first to ask,
+        else what the first one measured."""
         answer = self._ask(("calibration", None))
         if answer != "measure":
             return answer

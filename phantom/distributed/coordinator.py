@@ -22,9 +22,9 @@ missed from the stored results.
 Two exchanges keep ranks that do the same work from differing by this machine's noise (both
 answer at once when there is nobody to share with, and never make a rank wait on a rank that
 waits itself):
-* the dispatch-overhead calibration (`calibration`): once every running rank has asked, the
-  lowest measures it while the others wait (idle, so that they do not compete with it for the
-  cores), and they use its value;
+* this machine's speed for measured host time (`calibration`, where `phantom calibrate` wrote
+  no file): once every running rank has asked, the lowest measures it while the others wait
+  (idle, so that they do not compete with it for the cores), and they use its value;
 * host gaps (`gaps`): at the end of each iteration, each rank gets the steady gaps its class's
   leader (lowest running rank) will charge next, and charges the same (`SteadyGaps.use_shared`).
 """
@@ -227,10 +227,10 @@ class Coordinator:
                 self._send(r, None)
 
     def _on_calibration(self, rank: int, value: dict | None) -> None:
-        """The run's host calibration: one rank measures it ("measure") once every running
-        rank has asked for it, and the others wait for its value (`value` is it, when the
-        measuring rank posts it). The others wait idle meanwhile: measured while a peer is
-        still starting up on the same cores, it comes out ~30% low (host.calibration.CONTENDED_SUFFIX)."""
+        """This machine's speed (host.machine.MachineSpeed): one rank measures it ("measure")
+        once every running rank has asked for it, and the others wait for its value (`value` is
+        it, when the measuring rank posts it). The others wait idle meanwhile: measured while a
+        peer is still starting up on the same cores, it would come out wrong."""
         if value is not None:
             self._calibration = value
             self._calibrating = None
