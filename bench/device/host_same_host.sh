@@ -2,7 +2,7 @@
 # `phantom run` on the same lent GPU machine's host, where this machine's ratio to the node is
 # about 1, so what is compared is the host-cost table and the torch-call boundary. The GPU is
 # hidden from phantom's runs (CUDA_VISIBLE_DEVICES=), which fake it as on any machine.
-# Writes $OUT/same_host.json (copy it to bench/results/host_same_host/).
+# Writes $OUT/same_host.json (copy it to bench/host/data/same_host_h200.json).
 #   bash bench/device/host_same_host.sh
 source bench/device/call_lib.sh
 record_env

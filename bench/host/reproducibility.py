@@ -1,8 +1,13 @@
 """Host time you can reproduce: the same simulation, run again, on this machine.
 
-    python bench/host/reproducibility.py run --out bench/results/host_reproducibility/<machine>.json
+    python bench/host/reproducibility.py run --out bench/host/data/reproducibility_<machine>.json
     python bench/host/reproducibility.py run --workloads gpt2-124m-b1 --repeat 3 --out F.json
-    python bench/host/reproducibility.py table bench/results/host_reproducibility/*.json
+    python bench/host/reproducibility.py ranks --out bench/host/data/reproducibility_ranks.json
+    python bench/host/reproducibility.py table bench/host/data/reproducibility_<machine>.json
+
+`ranks` checks that representative ranks stand for every rank under counted host time: a
+multi-GPU run measured with every rank a process saves its profile, then `--ranks all` and
+`--ranks auto` both replay it and their tokens/s per GPU are compared.
 
 `run` simulates each workload with `--host-time measured` `--repeat` times alone and as many
 times beside one busy process (a Python loop on one core), interleaved so that a slow spell of
@@ -36,6 +41,14 @@ WORKLOADS = {  # name: (phantom run options, script and its arguments)
     "hf-llama-tiny": (["--gpu", "H200"], ["examples/hf_llama_train.py", "--steps", "10", "--warmup", "3"]),
     "deepspeed-z3-1b": (["--gpu", "H200", "--nproc-per-node", "2"], "deepspeed:z3-1b"),
     "deepspeed-z3-3b-ac": (["--gpu", "H200", "--nproc-per-node", "2"], "deepspeed:z3-3b-ac"),
+}
+# name: `phantom run` options and script for `ranks` (examples/llama_train.py's debug model)
+RANK_LAYOUTS = {
+    "pp2-tp2-dp2-8gpu": ["--nproc-per-node", "8", "examples/llama_train.py", "--preset", "debug", "--seq-len",
+                         "1024", "--local-batch-size", "2", "--tp", "2", "--pp", "2", "--steps", "4", "--warmup", "1"],
+    "fsdp-tp2-16gpu": ["--cluster", "h100-ib", "--nnodes", "2", "--nproc-per-node", "8", "examples/llama_train.py",
+                       "--preset", "debug", "--seq-len", "1024", "--local-batch-size", "2", "--tp", "2",
+                       "--steps", "4", "--warmup", "1"],
 }
 STEADY_FROM = 2  # iterations before this one include set-up and the first, remembered one
 
@@ -111,6 +124,37 @@ def cmd_run(args: argparse.Namespace) -> None:
     print(table([args.out]))
 
 
+def _tokens_per_gpu(options: list[str], env: dict | None = None) -> float | None:
+    import re
+
+    cmd = [sys.executable, "-m", "phantom.cli", "run", "--quiet", *options]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=3600,
+                          env={**os.environ, **(env or {})})
+    found = re.search(r"tokens_per_s_per_gpu=([\d.]+)", proc.stdout)
+    if proc.returncode != 0 or not found:
+        print(proc.stderr[-2000:], file=sys.stderr)
+        return None
+    return float(found.group(1))
+
+
+def cmd_ranks(args: argparse.Namespace) -> None:
+    rows = {}
+    with tempfile.TemporaryDirectory(prefix="phantom-ranks-") as tmp:
+        for name, options in RANK_LAYOUTS.items():
+            profile = str(Path(tmp) / name)
+            measured = _tokens_per_gpu(["--ranks", "all", "--save-host-profile", profile, *options])
+            counted = ["--host-time", "counted", "--host-profile", profile]
+            every = _tokens_per_gpu(["--ranks", "all", *counted, *options])
+            auto = _tokens_per_gpu(["--ranks", "auto", *counted, *options])
+            rows[name] = {"options": options, "measured_all": measured, "counted_all": every, "counted_auto": auto,
+                          "auto_vs_all": (auto - every) / every if auto and every else None}
+            print(name, rows[name], flush=True)
+    meta = {"cpu": _cpu(), "cpus": os.cpu_count(), "commit": _commit(), "script": "bench/host/reproducibility.py ranks",
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps({"meta": meta, "ranks": rows}, indent=1) + "\n")
+
+
 def _spread(values: list[float]) -> float | None:
     return (max(values) - min(values)) / statistics.median(values) if len(values) > 1 else None
 
@@ -166,11 +210,15 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--workloads", help=f"comma-separated, of {', '.join(WORKLOADS)} (default: all)")
     p.add_argument("--repeat", type=int, default=3)
+    p = sub.add_parser("ranks")
+    p.add_argument("--out", required=True)
     p = sub.add_parser("table")
     p.add_argument("paths", nargs="+")
     args = parser.parse_args()
     if args.cmd == "run":
         cmd_run(args)
+    elif args.cmd == "ranks":
+        cmd_ranks(args)
     else:
         print(table(args.paths))
 
