@@ -18,7 +18,6 @@ charged (`off`).
 """
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from pathlib import Path
@@ -373,7 +372,3 @@ class HostAccount:
 def _site_name(site: Any) -> str:
     name = getattr(site, "__qualname__", None) or getattr(site, "__name__", None)
     return name if isinstance(name, str) else str(site)
-
-
-def warn(message: str) -> None:
-    print(f"phantom: {message}", file=sys.stderr, flush=True)
