@@ -16,7 +16,7 @@ saved, once alone, once beside the busy process and once with an empty PHANTOM_C
 records every run's iteration times (the report's `iterations.times_ms`). `table` prints, per
 workload: the spread of the medians, (max - min) / median, alone and beside the busy process;
 the largest spread of the steady iterations within one run; and whether the counted runs gave
-bit-identical iteration times. Standard library only; phantom runs in subprocesses.
+bit-identical iteration times. phantom runs in subprocesses.
 """
 from __future__ import annotations
 
@@ -32,7 +32,8 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench" / "suites"))
+sys.path.insert(0, str(REPO))
+from phantom.host.machine import cpu_model  # noqa: E402
 
 GPT2_B1 = ["examples/gpt_train.py", "--preset", "gpt2-124m", "--seq-len", "512", "--batch-size", "1",
            "--steps", "10", "--warmup", "3"]
@@ -114,7 +115,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     unknown = [n for n in names if n not in WORKLOADS]
     if unknown:
         raise SystemExit(f"unknown workloads {unknown}; known: {', '.join(WORKLOADS)}")
-    meta = {"machine": platform.node(), "cpu": _cpu(), "cpus": os.cpu_count(), "python": platform.python_version(),
+    meta = {"machine": platform.node(), "cpu": cpu_model(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "commit": _commit(), "repeat": args.repeat, "script": "bench/host/reproducibility.py"}
     with tempfile.TemporaryDirectory(prefix="phantom-repro-") as tmp:
@@ -149,7 +150,7 @@ def cmd_ranks(args: argparse.Namespace) -> None:
             rows[name] = {"options": options, "measured_all": measured, "counted_all": every, "counted_auto": auto,
                           "auto_vs_all": (auto - every) / every if auto and every else None}
             print(name, rows[name], flush=True)
-    meta = {"cpu": _cpu(), "cpus": os.cpu_count(), "commit": _commit(), "script": "bench/host/reproducibility.py ranks",
+    meta = {"cpu": cpu_model(), "cpus": os.cpu_count(), "commit": _commit(), "script": "bench/host/reproducibility.py ranks",
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"meta": meta, "ranks": rows}, indent=1) + "\n")
@@ -186,16 +187,6 @@ def table(paths: list[str]) -> str:
                 f"{', '.join(f'{x:.2f}' for x in busy)} | {_pct(_spread(busy))} | {_pct(steady_worst)} | "
                 f"{'yes' if same else 'no'}{f' ({failed} runs failed)' if failed else ''} | {counted_ms} |")
     return "\n".join(lines)
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def _commit() -> str:

@@ -285,9 +285,10 @@ class HostAccount:
         t = self._thread
         if t.phantom_depth == 1:
             self.api_calls += 1
-            if self.mode != "off":
-                self.api_host_ns += node_ns * self.rank_pace
-            self._price(node_ns)
+            if self.mode != "off":  # its own count: not the table's (priced_host_ns)
+                ns = node_ns * self.rank_pace
+                self.api_host_ns += ns
+                self.timeline.advance_host(ns)
             if t.torch_depth == 0:
                 t.mark, t.script = self.clock(), True
         t.phantom_depth -= 1

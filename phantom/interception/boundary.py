@@ -33,7 +33,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from phantom.host.account import HOST_CLOCK_NS, HostAccount
-from phantom.host.machine import MachineSpeed, cpu_model, measure_probe, read_calibration
+from phantom.host.machine import MachineSpeed, cpu_model, low_percentile, measure_probe, read_calibration
 
 if TYPE_CHECKING:
     from phantom.sim import Simulation
@@ -141,6 +141,19 @@ def _boundary_cases(x: torch.Tensor, out: torch.Tensor, python: bool) -> list[Ca
             lambda: x.add_(1.0), lambda: x.mul_(1.0), lambda: torch.add(x, 1.0, out=out)]
 
 
+def _segment_ns(host: HostAccount, fn: Callable[[], Any], calls: int) -> float:
+    """`fn` called `calls` times under the boundary on `host` (one that charges segments as
+    measured, at 1:1): the script time it charged a segment."""
+    with TorchCallBoundary(host):
+        fn()
+        host.reset_counts()
+        for _ in range(calls):
+            fn()
+        host.torch_call_enter(None, "function", HOST_CLOCK_NS())  # closes the last segment
+        host.torch_call_exit()
+    return host.script_host_ns / host.segments
+
+
 def measure_boundary_ns(host_factory: Callable[[], HostAccount], python: bool = False,
                         device: str = "cuda", calls: int = 1_000, rounds: int = 9) -> float:
     """What marking one torch call adds to the script's measured time on this machine: loops of
@@ -150,8 +163,6 @@ def measure_boundary_ns(host_factory: Callable[[], HostAccount], python: bool = 
     (arguments to pack, a result to wrap and drop: 1.8-3.9 us here for the cases); the median
     of the cases is taken off every segment. Each case at the low percentile of `rounds`:
     stalls only add time."""
-    from phantom.host.machine import low_percentile
-
     x = torch.zeros(8, 8, device=device)
     out = torch.empty_like(x)
     cases = _boundary_cases(x, out, python)
@@ -163,20 +174,9 @@ def measure_boundary_ns(host_factory: Callable[[], HostAccount], python: bool = 
             noop()
         return (HOST_CLOCK_NS() - t0) / calls
 
-    def per_segment(fn: Callable[[], Any]) -> float:
-        host = host_factory()
-        with TorchCallBoundary(host):
-            fn()
-            host.reset_counts()
-            for _ in range(calls):
-                fn()
-            host.torch_call_enter(None, "function", HOST_CLOCK_NS())
-            host.torch_call_exit()
-        return host.script_host_ns / host.segments
-
     leaks = []
     for fn in cases:
-        samples = [per_segment(fn) for _ in range(rounds)]
+        samples = [_segment_ns(host_factory(), fn, calls) for _ in range(rounds)]
         base = [plain() for _ in range(rounds)]
         leaks.append(low_percentile(samples, 0.3) - low_percentile(base, 0.3))
     leaks.sort()
@@ -220,8 +220,6 @@ def _measure_release_ns(sim: "Simulation", host_factory: Callable[[], HostAccoun
     """What freeing one fake tensor adds to the script's measured time here beyond the part
     phantom's finalizer brackets (Storage._release): the way through the tensor's and its
     storage's Python deallocation. `y = x + 1` dropped at once, against `x.add_(1)`."""
-    from phantom.host.machine import low_percentile
-
     x = torch.zeros(64, device="cuda")
 
     def new_tensor() -> None:
@@ -231,15 +229,8 @@ def _measure_release_ns(sim: "Simulation", host_factory: Callable[[], HostAccoun
         x.add_(1)
 
     def per_segment(fn: Callable[[], None]) -> float:
-        host = sim.host = host_factory()
-        with TorchCallBoundary(host):
-            fn()
-            host.reset_counts()
-            for _ in range(calls):
-                fn()
-            host.torch_call_enter(None, "function", HOST_CLOCK_NS())
-            host.torch_call_exit()
-        return host.script_host_ns / host.segments
+        host = sim.host = host_factory()  # the storages' finalizers report to sim.host
+        return _segment_ns(host, fn, calls)
 
     samples = [per_segment(new_tensor) - per_segment(in_place) for _ in range(rounds)]
     return max(0.0, low_percentile(samples, 0.5))
