@@ -3,7 +3,6 @@ profile record step (CPU) and the timing step (real GPU only; skipped elsewhere,
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import torch
@@ -81,29 +80,38 @@ def test_fp32_matmul_key_records_tf32():
     assert off != on and off.endswith("-tf32")
 
 
-def test_key_speed_per_call():
-    """The per-op hot path is the memoised lookup; op_key runs once per distinct signature."""
+def test_key_speed_per_call(monkeypatch):
+    """The per-op hot path is the memoised lookup: op_key (the slow, ~10 us normalisation) and
+    the fallback's estimate run once per distinct signature, however often the op repeats.
+    (Counted, not timed: a speed target belongs in a benchmark, and a timed bound here only
+    measured how loaded the test machine was.)"""
+    import phantom.cost.dbmodel as dbmodel
+
     model = DatabaseCostModel(H100, [])
+    calls = {"op_key": 0, "fallback": 0}
+    real_key, real_fallback = dbmodel.op_key, model.fallback.estimate
+
+    def counting_key(*a, **k):
+        calls["op_key"] += 1
+        return real_key(*a, **k)
+
+    def counting_fallback(*a, **k):
+        calls["fallback"] += 1
+        return real_fallback(*a, **k)
+
+    monkeypatch.setattr(dbmodel, "op_key", counting_key)
+    monkeypatch.setattr(model.fallback, "estimate", counting_fallback)
     a, b = t(4096, 768), t(768, 3072)
     out = aten.mm.default(a, b)
-    model.estimate(aten.mm.default, (a, b), {}, out)
-    def best_us(fn, n: int) -> float:
-        # The fastest of 5 blocks: a shared VM's slow spells (2x and more, seen failing this
-        # test at 123 us once in CI) only ever make a block slower.
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            best = min(best, (time.perf_counter() - t0) / n * 1e6)
-        return best
-
-    per_call_us = best_us(lambda: model.estimate(aten.mm.default, (a, b), {}, out), 400)
-    key_us = best_us(lambda: op_key(aten.mm.default, (a, b), {}), 40)
-    # Measured ~2-3 us (memo hit) and ~10 us (op_key) on the 2-core dev machine; bounds leave
-    # room for a loaded CI machine while still catching an accidental slow path.
-    assert per_call_us < 25, per_call_us
-    assert key_us < 100, key_us
+    first = model.estimate(aten.mm.default, (a, b), {}, out)
+    for _ in range(400):
+        assert model.estimate(aten.mm.default, (a, b), {}, out) is first
+    assert calls == {"op_key": 1, "fallback": 1}
+    # another signature is resolved once more, and both are counted in the model's stats
+    c = t(768, 1024)
+    model.estimate(aten.mm.default, (a, c), {}, aten.mm.default(a, c))
+    assert calls == {"op_key": 2, "fallback": 2}
+    assert sorted(s[0] for s in model.key_stats.values()) == [1, 401]
 
 
 # ---- lookup and fallback ------------------------------------------------------------------
@@ -319,7 +327,14 @@ def test_profile_record_step_and_report_fields(tmp_path, script):
     assert r["cost_sources"]["db"]["gpu_ms"] == pytest.approx(3 * 0.05)
     assert 0 < cdb["hit_share"] < 1 and cdb["hit_share"] + cdb["fallback_share"] == pytest.approx(1.0)
     assert all(m["key"] != mm[0]["key"] for m in cdb["top_misses"])
-    assert any("relu" in m["key"] for m in cdb["top_misses"]) or r["cost_sources"].get("db")
+    # the relu has no row: a miss, with its three calls, priced by the fallback
+    relu = [m for m in cdb["top_misses"] if "relu" in m["key"]]
+    assert len(relu) == 1 and relu[0]["calls"] == 3, cdb["top_misses"]
+    # reading and writing 512 x 384 bf16 at the datasheet's 3.35 TB/s is the floor of a call
+    assert relu[0]["gpu_ms"] / 3 >= 2 * 512 * 384 * 2 / (H100.hbm_gbps * 1e9) * 1e3
+    # the misses account for all of the fallback's time (the relu and the two randn fills)
+    fallback_ms = sum(v["gpu_ms"] for k, v in r["cost_sources"].items() if k != "db")
+    assert sum(m["gpu_ms"] for m in cdb["top_misses"]) == pytest.approx(fallback_ms, rel=1e-6)
 
 
 def test_run_db_for_wrong_gpu_is_a_usage_error(tmp_path, script):
