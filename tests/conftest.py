@@ -2,10 +2,31 @@
 
 Interception must be installed before torch is imported, so anything that needs the fake
 CUDA device runs in its own process through the real CLI.
+
+Note [Test isolation]
+~~~~~~~~~~~~~~~~~~~~~
+phantom keeps state between runs in its cache directory ($PHANTOM_CACHE_DIR, by default
+~/.cache/phantom): the native library and this machine's host-time calibration. The suite
+never reads or writes the user's copy. At the start of a session (in the controller, before
+pytest-xdist starts its workers, which inherit the environment) a seed directory is made:
+the native library is built into it and `phantom calibrate` measures this machine once, as a
+user would. Every test then gets an empty cache directory of its own holding a read-only link
+to the library and a copy of the calibration, so what one test writes no other test sees.
+Set PHANTOM_TEST_SEED_CACHE to a directory prepared the same way to skip the ~40 s set-up.
+
+Note [Expected skips]
+~~~~~~~~~~~~~~~~~~~~~
+Every dependency the tests use is in the `test` extra, so a skip usually means something is
+broken (an import error inside DeepSpeed turned into a module skip, no Chromium for the HTML
+test). tests/expected_skips.txt lists the skips a CPU-only machine legitimately has; with
+PHANTOM_STRICT_SKIPS=1 (set by .ci/run) any other skip fails the run at the end.
 """
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import tempfile
 import os
 import subprocess
 import sys
@@ -14,17 +35,34 @@ from pathlib import Path
 
 import pytest
 
+from phantom.native.build import cache_dir, library_path  # imports no torch
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_phantom(args: list[str], cwd: Path | None = None, timeout: int = 600,
                 env: dict | None = None) -> subprocess.CompletedProcess:
+    """`phantom ARGS` in a subprocess. It runs in a process group of its own, killed whole if
+    the call times out or the test is interrupted (pytest-timeout), so no rank outlives it."""
     full_env = dict(os.environ)
     full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "phantom.cli", *args],
-        cwd=cwd or REPO, capture_output=True, text=True, timeout=timeout, env=full_env,
-    )
+    command = [sys.executable, "-m", "phantom.cli", *args]
+    with subprocess.Popen(command, cwd=cwd or REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True, env=full_env, start_new_session=True) as proc:
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout)
+        except BaseException:
+            _kill_group(proc)
+            raise
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.communicate()
 
 
 @pytest.fixture
@@ -48,3 +86,108 @@ def run_script(script, tmp_path: Path):
         data = json.loads(report.read_text()) if report.exists() else None
         return proc, data
     return run
+
+
+# -- isolation (Note [Test isolation]) --------------------------------------------------------
+SEED_ENV = "PHANTOM_TEST_SEED_CACHE"
+
+
+def _prepare_seed_cache() -> Path:
+    """Build the native library and calibrate this machine into a fresh directory."""
+    seed = Path(tempfile.mkdtemp(prefix="phantom-test-cache-"))
+    env = {**os.environ, "PHANTOM_CACHE_DIR": str(seed)}
+    # The library's file name pins its source and torch (native.build.library_path), so an
+    # identical build in the user's cache is copied instead of compiled again; nothing else is.
+    user_library = library_path(cache_dir())
+    if user_library.is_file():
+        shutil.copyfile(user_library, seed / user_library.name)
+    build = subprocess.run([sys.executable, "-c", "from phantom.native.build import build_fake_cuda; "
+                            "print(build_fake_cuda())"], env=env, capture_output=True, text=True)
+    if build.returncode != 0:
+        raise pytest.UsageError(f"could not build phantom's native library for the tests:\n{build.stderr}")
+    # --force: a calibration measured while another process is busy is still this machine's,
+    # only slower; the tests' expectations do not depend on the host's speed.
+    calibrate = subprocess.run([sys.executable, "-m", "phantom.cli", "calibrate", "--force"],
+                               env=env, capture_output=True, text=True)
+    if calibrate.returncode != 0:
+        raise pytest.UsageError(f"`phantom calibrate` failed before the tests:\n{calibrate.stderr}")
+    for item in seed.iterdir():
+        item.chmod(0o444)
+    return seed
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput") or os.environ.get(SEED_ENV):
+        return  # a pytest-xdist worker inherits the controller's seed through the environment
+    seed = _prepare_seed_cache()
+    os.environ[SEED_ENV] = str(seed)
+    config._phantom_seed_cache = seed  # removed at the end of the session
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    seed = getattr(config, "_phantom_seed_cache", None)
+    if seed is not None:
+        for item in seed.iterdir():
+            item.chmod(0o644)
+        shutil.rmtree(seed, ignore_errors=True)
+        os.environ.pop(SEED_ENV, None)
+
+
+@pytest.fixture(autouse=True)
+def phantom_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own $PHANTOM_CACHE_DIR: a read-only link to the seed's native library and a
+    copy of its calibration (Note [Test isolation])."""
+    cache = tmp_path_factory.mktemp("phantom-cache")
+    seed = Path(os.environ[SEED_ENV])
+    for item in seed.iterdir():
+        if item.suffix == ".so":
+            (cache / item.name).symlink_to(item)
+        else:
+            shutil.copyfile(item, cache / item.name)
+    monkeypatch.setenv("PHANTOM_CACHE_DIR", str(cache))
+    return cache
+
+
+# -- skips (Note [Expected skips]) ------------------------------------------------------------
+EXPECTED_SKIPS = Path(__file__).with_name("expected_skips.txt")
+
+
+def _expected_skips() -> list[tuple[str, str]]:
+    """(test id prefix, reason substring) pairs from tests/expected_skips.txt."""
+    rules = []
+    for line in EXPECTED_SKIPS.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            test, _, reason = line.partition("|")
+            rules.append((test.strip(), reason.strip()))
+    return rules
+
+
+def _unexpected_skips(stats: dict) -> list[str]:
+    rules = _expected_skips()
+    unexpected = []
+    for report in stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if not any(report.nodeid.startswith(test) and words in reason for test, words in rules):
+            unexpected.append(f"{report.nodeid}: {reason}")
+    return unexpected
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Runs inside the terminal reporter's own sessionfinish, before its summary is printed.
+    if hasattr(session.config, "workerinput"):
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    unexpected = _unexpected_skips(reporter.stats) if reporter is not None else []
+    session.config._phantom_unexpected_skips = unexpected
+    if unexpected and os.environ.get("PHANTOM_STRICT_SKIPS") == "1" and exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    unexpected = getattr(config, "_phantom_unexpected_skips", [])
+    if unexpected:
+        strict = os.environ.get("PHANTOM_STRICT_SKIPS") == "1"
+        terminalreporter.section("unexpected skips" + (" (PHANTOM_STRICT_SKIPS=1: the run fails)" if strict else ""))
+        for line in unexpected:
+            terminalreporter.line(line)

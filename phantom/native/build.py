@@ -80,11 +80,12 @@ def cache_dir() -> Path:
     return Path(root)
 
 
-def library_path() -> Path:
+def library_path(cache: Path | None = None) -> Path:
+    """Where the build for the installed torch lives in `cache` (default: cache_dir())."""
     torch_dir = _torch_dir()
     digest = hashlib.sha256(SOURCE.read_bytes() + str(torch_dir).encode()).hexdigest()[:12]
     name = f"libphantom_fake_cuda-{_torch_version(torch_dir)}-{digest}.so"
-    return cache_dir() / name
+    return (cache or cache_dir()) / name
 
 
 def _has_fake_device_slot(torch_dir: Path) -> bool:
