@@ -24,52 +24,67 @@ def _summary(stdout: str) -> dict[str, float]:
     return {k: float(v.rstrip("M")) for k, v in fields.items()}
 
 
-def _run_example(tmp_path, gpu: str, script: str, *args: str) -> tuple[dict, dict, str]:
+def _run_example(tmp_path, gpu: str, script: str, *args: str,
+                 host_time: str | None = None) -> tuple[dict, dict, str]:
     report = tmp_path / "report.json"
-    proc = run_phantom(["run", "--gpu", gpu, "--report", str(report), str(REPO / script), *args],
+    options = ["--host-time", host_time] if host_time else []
+    proc = run_phantom(["run", "--gpu", gpu, *options, "--report", str(report), str(REPO / script), *args],
                        cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return _summary(proc.stdout), json.loads(report.read_text()), proc.stdout
 
 
-@pytest.mark.parametrize("ac", [False, True])
-def test_gpt_training_script(tmp_path, ac):
-    """bf16 autocast, SDPA, fused AdamW, clipping, with and without checkpointing."""
-    args = ["--preset", "gpt2-124m", "--seq-len", "1024", "--batch-size", "4", "--steps", "4",
-            "--warmup", "1"] + (["--ac"] if ac else [])
-    summary, report, stdout = _run_example(tmp_path, "H100", "examples/gpt_train.py", *args)
-
-    iters = ITER.findall(stdout)
-    assert [int(i[0]) for i in iters] == [0, 1, 2, 3]
-    assert all(float(i[1]) == 0.0 for i in iters)  # the loss read is the documented placeholder
-    # 124M params in fp32 with AdamW: 16 bytes/param = 1.86 GiB before activations.
-    assert 2.0 < summary["peak_alloc_gib"] < 8.0
-    # 6*N*T flops per step at a plausible fraction of the H100's 989 TFLOP/s. A step this
-    # small is host-bound, and host time measured on a loaded 2-core machine varies by 2x,
-    # so the lower bound is loose.
-    assert 0.02 < summary["mfu"] < 0.7
-    # The script's own timing (perf_counter + synchronize) agrees with the simulated GPU.
-    assert summary["median_iter_ms"] == pytest.approx(report["iterations"]["median_ms"], rel=0.15)
-    assert report["iterations"]["count"] == 4
-    ops = {o["op"] for o in report["top_ops"]}
-    assert "_fused_adamw_.default" in ops or report["op_classes"]["optimizer"]["gpu_ms"] > 0
-    assert any("cudnn_attention" in o for o in ops)  # the fused kernel torch picks on H100
-    assert "gemm" in report["op_classes"] and "attention" in report["op_classes"]
-    gpu_ms = sum(c["gpu_ms"] for c in report["op_classes"].values())
-    test_gpt_training_script.results[ac] = dict(summary, gpu_ms=gpu_ms)
+# The single_gpu benchmark's 124m-s2k row, measured on a real H100 with this script and these
+# arguments (bench/results/single_gpu/real-h100-2026-11-22-1.json: 1 x H100 80GB HBM3, torch
+# 2.11.0+cu130): median step, the script's MFU and peak allocated memory.
+GPT_124M_S2K_ARGS = ["--preset", "gpt2-124m", "--seq-len", "2048", "--batch-size", "16"]
+REAL_H100_124M_S2K = {"median_iter_ms": 93.39, "mfu": 0.3434, "peak_alloc_gib": 27.36,
+                      "peak_reserved_gib": 35.69}
+# Tolerances. Step time and MFU: the real steps spread 92.96-94.26 ms (+-0.7%), and phantom's
+# documented error on the whole single-GPU suite is at most 6.4% (bench/README.md, single_gpu;
+# docs/benchmarks/accuracy.md); 10% covers both and still fails a 2x slower GEMM (GEMMs are
+# about half of this step). Peak memory: allocated within 0.2% on that suite (accuracy.md);
+# 1% of 27-36 GiB is about one of the allocator's large segments.
+STEP_REL, MEMORY_REL = 0.10, 0.01
 
 
-test_gpt_training_script.results = {}
+def test_gpt_training_script_with_and_without_checkpointing(tmp_path):
+    """bf16 autocast, SDPA, fused AdamW, clipping, with and without checkpointing, against the
+    real H100's numbers of the same script. One test runs both, so the comparison of the two
+    can never be skipped. `--host-time off`: this step is GPU-bound (99% busy), so the real step
+    is its GPU time, and a loaded test machine cannot move the simulated one."""
+    results = {}
+    for ac in (False, True):
+        args = [*GPT_124M_S2K_ARGS, "--steps", "4", "--warmup", "1"] + (["--ac"] if ac else [])
+        summary, report, stdout = _run_example(tmp_path, "H100", "examples/gpt_train.py",
+                                               *args, host_time="off")
+        iters = ITER.findall(stdout)
+        assert [int(i[0]) for i in iters] == [0, 1, 2, 3]
+        assert all(float(i[1]) == 0.0 for i in iters)  # the loss read is the documented placeholder
+        # The script's own timing (perf_counter + synchronize) is the simulated step.
+        assert summary["median_iter_ms"] == pytest.approx(report["iterations"]["median_ms"], rel=0.02)
+        assert report["iterations"]["count"] == 4
+        ops = {o["op"] for o in report["top_ops"]}
+        assert "_fused_adamw_.default" in ops or report["op_classes"]["optimizer"]["gpu_ms"] > 0
+        assert any("cudnn_attention" in o for o in ops)  # the fused kernel torch picks on H100
+        assert "gemm" in report["op_classes"] and "attention" in report["op_classes"]
+        results[ac] = summary
 
+    plain, ckpt = results[False], results[True]
+    real = REAL_H100_124M_S2K
+    assert plain["median_iter_ms"] == pytest.approx(real["median_iter_ms"], rel=STEP_REL)
+    assert plain["mfu"] == pytest.approx(real["mfu"], rel=STEP_REL)
+    assert plain["peak_alloc_gib"] == pytest.approx(real["peak_alloc_gib"], rel=MEMORY_REL)
+    assert plain["peak_reserved_gib"] == pytest.approx(real["peak_reserved_gib"], rel=MEMORY_REL)
 
-def test_activation_checkpointing_trades_time_for_memory():
-    results = test_gpt_training_script.results
-    if len(results) < 2:
-        pytest.skip("needs both parametrisations of test_gpt_training_script")
-    assert results[True]["peak_alloc_gib"] < results[False]["peak_alloc_gib"]
-    # The recomputed forward costs GPU time. (Not compared on the step time: these steps are
-    # host-bound, and one loaded moment on this 2-core machine made a no-AC step 4x slow.)
-    assert results[True]["gpu_ms"] > 1.05 * results[False]["gpu_ms"]
+    # Checkpointing recomputes each block's forward in the backward. It adds at least the
+    # blocks' forward GEMMs at the datasheet's peak (2 x 12 L C^2 flops a token: 5.6 ms of
+    # 989 TFLOP/s, 6% of the step) and at most a whole forward again (a third of the forward
+    # and backward's flops). Real H100 and H200 runs of the 350M model (single_gpu's 350m-s4k
+    # and 350m-s4k-ac) took 1.17x per token with it.
+    assert 1.06 * plain["median_iter_ms"] < ckpt["median_iter_ms"] < 4 / 3 * plain["median_iter_ms"]
+    # ...and keeps only each block's input: less memory, by most of the activations.
+    assert ckpt["peak_alloc_gib"] < 0.8 * plain["peak_alloc_gib"]
 
 
 def test_compiled_gpt_does_less_gpu_work_and_keeps_less(tmp_path):
@@ -100,7 +115,10 @@ def test_faster_gpu_is_faster(tmp_path):
             "--warmup", "1"]
     h100, _, _ = _run_example(tmp_path, "H100", "examples/gpt_train.py", *args)
     a100, _, _ = _run_example(tmp_path, "A100", "examples/gpt_train.py", *args)
-    assert 1.8 < a100["median_iter_ms"] / h100["median_iter_ms"] < 4.0
+    # Datasheet bounds: a step can gain no more than the bf16 tensor-core peaks' ratio (989.4 /
+    # 312 TFLOP/s = 3.17) and no less than the HBM bandwidths' (3.35 / 2.04 TB/s = 1.64). About
+    # half of this step is GEMM and attention, so it sits well above the bandwidth ratio: 1.8.
+    assert 1.8 < a100["median_iter_ms"] / h100["median_iter_ms"] < 989.4 / 312
 
 
 def test_hugging_face_llama_from_config(tmp_path):
@@ -133,8 +151,13 @@ def test_hugging_face_trainer_on_two_ranks(tmp_path):
     steps = [float(m) for m in re.findall(r"^step \d+ ([\d.]+) ms$", proc.stdout, re.M)]
     assert len(steps) == 6
     # 4 layers of 512 with a 32k vocabulary, 4 x 512 tokens per GPU: a few ms of kernels and a
-    # host-bound step of tens of ms on an H100, not seconds
-    assert 2.0 < summary["median_iter_ms"] < 300.0
+    # host-bound step. Reference: this script with these arguments on one real H100, 23.97 and
+    # 27.06 ms in two runs (workloads' hf-trainer-small, bench/results/workloads/
+    # real-h100-2026-11-25-{1,2}.json). Host-bound steps are predicted within 55% (the
+    # host_bound suite's worst row, bench/README.md), and the second rank's DDP hooks and
+    # bucketed all-reduce add host work (a third more here): 0.45 x 23.97 = 10.8 ms up to
+    # 1.55 x 1.35 x 27.06 = 57 ms. (The GPU side of a host-bound step is checked elsewhere.)
+    assert 10.8 < summary["median_iter_ms"] < 57.0
     # the Trainer's own clock covers the steps and its set-up inside train() (accelerate's DDP
     # wrapping, the DataLoader), in simulated time, not this run's wall time. The set-up's
     # simulated host time varies from run to run on a 2-core machine (0.2-2.7 s over six runs;
