@@ -92,7 +92,7 @@ def run_script(script, tmp_path: Path):
 SEED_ENV = "PHANTOM_TEST_SEED_CACHE"
 
 
-def _prepare_seed_cache() -> Path:
+def prepare_seed_cache() -> Path:
     """Build the native library and calibrate this machine into a fresh directory."""
     seed = Path(tempfile.mkdtemp(prefix="phantom-test-cache-"))
     env = {**os.environ, "PHANTOM_CACHE_DIR": str(seed)}
@@ -119,7 +119,7 @@ def _prepare_seed_cache() -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput") or os.environ.get(SEED_ENV):
         return  # a pytest-xdist worker inherits the controller's seed through the environment
-    seed = _prepare_seed_cache()
+    seed = prepare_seed_cache()
     os.environ[SEED_ENV] = str(seed)
     config._phantom_seed_cache = seed  # removed at the end of the session
 
