@@ -62,6 +62,33 @@ def test_zero3_tiny_llama_on_two_ranks(tmp_path):
     assert report["distributed"]["world_size"] == 2 and collectives, report["distributed"]
 
 
+# ZeRO-2 on a 1.5B Llama, 2 x 4 x 2048 tokens: the deepspeed bench's z2-1b row, four real runs
+# on 2 x H200 (bench/results/deepspeed/real-h200x2-2026-11-22-2.json, -11-25-1, -11-28-2,
+# -11-28-3: 208.64, 203.76, 200.72, 199.42 ms; peak 36.36 GiB allocated, 43.15 reserved).
+REAL_Z2_1B_MS = (208.64, 203.76, 200.72, 199.42)
+REAL_Z2_1B_GIB = {"peak_alloc_gib": 36.36, "peak_reserved_gib": 43.15}
+
+
+def test_zero2_1b_step_against_real_h200s(tmp_path):
+    """A GPU-bound ZeRO-2 step (MFU ~0.35), run with `--host-time off` so that this machine's
+    load cannot move it: the GPU's kernels and the gradient reduce-scatter against real runs."""
+    proc, steps, summary, _ = _train(tmp_path, "zero2.json", "--model", "llama-1b", "--seq-len", "2048",
+                                     "--micro-batch", "4", "--steps", "3", "--warmup", "1", gpu="H200",
+                                     options=("--host-time", "off"))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    # Tolerance: the real runs spread +-2.3% about their middle; phantom's ZeRO-2 rows are within
+    # 2.4% of real (docs/benchmarks/accuracy.md); leaving the host out takes ~4% off this step
+    # (197-198 ms with measured host time in bench/results/deepspeed/sim-h200x2-*). 12% holds
+    # all three and fails a 2x slower GEMM or network.
+    real = sorted(REAL_Z2_1B_MS)
+    middle = (real[0] + real[-1]) / 2
+    assert float(summary["median_iter_ms"]) == pytest.approx(middle, rel=0.12)
+    # the allocator's peaks: equal to the real ones on this suite (accuracy.md); 1% is less
+    # than one of its large segments
+    for key, gib in REAL_Z2_1B_GIB.items():
+        assert float(summary[key]) == pytest.approx(gib, rel=0.01), key
+
+
 def test_zero2_gradient_accumulation(tmp_path):
     """ZeRO-2 with 2 accumulation steps: one printed line per optimizer step, and a step costs
     more than one micro-batch's forward and backward."""
