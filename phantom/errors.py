@@ -10,6 +10,12 @@ class SimulationError(RuntimeError):
     """An error phantom raises into the user's script, with an actionable message."""
 
 
+class RunStopped(SimulationError):
+    """The run was ended from outside this rank: a collective mismatch, a deadlock, or another
+    rank's failure. The launcher reports the cause in full, so a rank prints only this one-line
+    message (where it was stopped), not a traceback through torch and phantom."""
+
+
 def capture_error(what: str) -> None:
     """What CUDA answers when a capturing stream is asked to wait for the host or the host for
     it (a sync, a blocking copy, a value read): the capture is invalidated."""

@@ -7,10 +7,17 @@ from collections.abc import Callable
 from multiprocessing.connection import Client
 
 from phantom.distributed.wire import ENV_ADDRESS, ENV_AUTHKEY, Abort, Request, Result
+from phantom.errors import RunStopped
 
 
-class CoordinatorAborted(RuntimeError):
-    """The coordinator ended the run (a mismatch, a deadlock, or another rank failed)."""
+class CoordinatorAborted(RunStopped):
+    """The coordinator ended the run (a mismatch, a deadlock, or another rank failed).
+    `reason`: the coordinator's whole message; the exception's own text is its first line."""
+
+    def __init__(self, rank: int, reason: str, where: str = "") -> None:
+        self.rank, self.reason = rank, reason
+        headline = reason.splitlines()[0].rstrip(":") if reason else "the run was stopped"
+        super().__init__(f"phantom: rank {rank} was stopped{where}: {headline}")
 
 
 class CoordinatorClient:
@@ -55,7 +62,7 @@ class CoordinatorClient:
             self._conn.send(message)
             reply = self._conn.recv()
         if isinstance(reply, Abort):
-            raise CoordinatorAborted(reply.message)
+            raise CoordinatorAborted(self.rank, reply.message)
         return reply
 
     def report_groups(self, groups: list[list[int]]) -> None:

@@ -249,9 +249,9 @@ class RankComm:
         try:
             return self.client.exchange(requests)
         except CoordinatorAborted as e:
-            from phantom.errors import SimulationError
-
-            raise SimulationError(f"phantom: the run was stopped: {e}") from None
+            kinds = ", ".join(dict.fromkeys(r.kind for r in requests))
+            raise CoordinatorAborted(self.rank, e.reason,
+                                     f" in {kinds} at {requests[0].site}") from None
 
 
 class Deferred:
@@ -270,10 +270,14 @@ def _user_call_site() -> str:
     frame = sys._getframe(1)
     while frame is not None:
         f = frame.f_code.co_filename
-        if not (_PHANTOM_DIR in f or "/torch/" in f or f.startswith("<")):
+        if not (_PHANTOM_DIR in f or "/torch/" in f or f.startswith("<")
+                or f.endswith(_DECORATOR_FILES)):
             return f"{f}:{frame.f_lineno} ({frame.f_code.co_name})"
         frame = frame.f_back
     return "<unknown>"
 
 
 _PHANTOM_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+# Where the `@deprecated` wrappers torch puts around some collectives live (all_gather_into_tensor,
+# reduce_scatter_tensor): their frame is never the user's call.
+_DECORATOR_FILES = (os.sep + "typing_extensions.py", os.sep + "warnings.py")

@@ -314,7 +314,7 @@ class Coordinator:
         if signature != req.signature:
             self._fail(
                 f"rank {rank} is not like the rank that stood in for it: its call #{req.key[-1]} "
-                f"of group {req.group_desc or req.key[0]} ({_describe(req)}) at {req.site} has "
+                f"of group {_group(req)} ({_describe(req)}) at {req.site} has "
                 f"signature {req.signature}, the representative's was {signature}.\n"
                 "Run every rank (--ranks all) or name one rank per class (--ranks 0,8,...).")
             return False
@@ -437,13 +437,19 @@ def _mismatch(a: Request, b: Request) -> str | None:
     return None
 
 
+def _group(req: Request) -> str:
+    """The group's description (`new_group(group_desc=...)`, DeviceMesh's dimension), else its
+    name; torch describes a group created without one as "undefined"."""
+    return req.group_desc if req.group_desc not in ("", "undefined") else str(req.key[0])
+
+
 def _describe(req: Request) -> str:
-    group = req.group_desc or str(req.key[0])
+    group = _group(req)
     return f"{req.kind} on group {group} ({req.nbytes:,} bytes, ranks {list(req.members)})"
 
 
 def _mismatch_message(problem: str, a: Request, b: Request) -> str:
-    return (f"collective mismatch ({problem}) in call #{a.key[-1]} of group {a.group_desc or a.key[0]}:\n"
+    return (f"collective mismatch ({problem}) in call #{a.key[-1]} of group {_group(a)}:\n"
             f"  rank {a.rank}: {_describe(a)}, signature {a.signature}\n    at {a.site}\n"
             f"  rank {b.rank}: {_describe(b)}, signature {b.signature}\n    at {b.site}\n"
             "Every member must make the same collective call, in the same order.")

@@ -98,7 +98,9 @@ def _check_values(given: dict) -> None:
         try:
             get_gpu(given["gpu"])
         except UnknownGPUError as e:
-            raise UsageError(str(e)) from None
+            # a path is the likeliest slip: GPUs are presets, described in no file
+            hint = "; --gpu takes a preset's name, not a file" if os.path.exists(given["gpu"]) else ""
+            raise UsageError(f"--gpu: {e}{hint}") from None
     vram = given.get("vram_gib")
     if vram is not None and not (0 < vram <= 4096):
         raise UsageError(f"--vram-gib must be a positive number of GiB (at most 4096), got {vram:g}")
@@ -185,8 +187,9 @@ def _resolve_ranks(config: RunConfig, spec: str | None) -> None:
     if spec is None:
         spec = "auto" if config.world_size > AUTO_RANKS_ABOVE else "all"
         cores = os.cpu_count() or 1
+        # Only measured host time reads the CPU time the ranks share the cores for.
         if spec == "all" and config.world_size > cores and config.executor == "local" \
-                and not config.quiet:
+                and config.host_time == "measured" and not config.quiet:
             print(f"phantom: {config.world_size} rank processes on {cores} CPU cores: each "
                   "rank's measured host time carries this machine's contention; "
                   "`--ranks auto` runs one process per class of equivalent ranks.",

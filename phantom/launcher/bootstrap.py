@@ -22,6 +22,7 @@ from typing import NoReturn
 
 from phantom.adapters import SIMULATED_TE_ENV  # imports no torch
 from phantom.config import ENV_VAR, RunConfig
+from phantom.errors import RunStopped
 
 
 def _run_target(config: RunConfig) -> None:
@@ -190,6 +191,9 @@ def main() -> int:
         exit_code = _exit_code(e)
     except KeyboardInterrupt:
         exit_code = 130
+    except RunStopped as e:  # the launcher reports why; here only where this rank was
+        print(e, file=sys.stderr)
+        exit_code = 1
     except BaseException as e:  # the script's own error: show it as Python would
         _print_user_traceback(e)
         if not config.distributed and _needs_torchrun_env(e):

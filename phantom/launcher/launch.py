@@ -473,7 +473,7 @@ def _supervise(config: RunConfig, ranks: list[_Rank], coordinator,
             if code != 0:
                 r, code = _first_failure(ranks, coordinator, r, code)
                 _report_failure(config, r, code)
-                return code if code > 0 else 1
+                return _shell_status(code)
         time.sleep(0.05)
     return 0
 
@@ -507,14 +507,29 @@ def _first_failure(ranks: list[_Rank], coordinator, seen: _Rank, code: int) -> t
     return seen, code
 
 
+def _shell_status(code: int) -> int:
+    """A rank's exit status as the run's, as a shell gives it: 128 + N for signal N (a
+    subprocess's `-N`), so that a killed rank is told apart from a script's `sys.exit(1)`."""
+    return 128 - code if code < 0 else code
+
+
 def _report_failure(config: RunConfig, r: _Rank, code: int) -> None:
     for t in r.readers:
         t.join(timeout=2)
-    how = f"exit code {code}" if code > 0 else f"signal {-code}"
+    how = f"exit code {code}" if code > 0 else f"killed by {_signal_name(-code)}"
     print(f"phantom: rank {r.rank} failed ({how}); stopping the other ranks.", file=sys.stderr)
     shown = config.tee == "all" or r.rank == 0
     if not shown and r.log_path is not None and r.log_path.exists():
         lines = r.log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+        if not lines:
+            return
         print(f"--- last {len(lines)} lines of rank {r.rank}'s output ---", file=sys.stderr)
         print("\n".join(lines), file=sys.stderr)
         print("---", file=sys.stderr)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"

@@ -1,0 +1,352 @@
+"""Failure paths through the real CLI: every way a distributed run can go wrong ends it
+within seconds, with a message that names the cause and the ranks, a defined exit status
+(docs/distributed.md, 'Failures') and no process left behind.
+
+Each run is bounded by `_run`'s timeout: a hang fails the test (and its processes are
+killed) instead of blocking the suite.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+# A run that ends "within seconds": start-up of 4 forked ranks is 3-6 s on a loaded 2-core
+# machine; a hang runs into this and fails.
+RUN_TIMEOUT_S = 60
+
+
+def _leftovers(tmp_path: Path) -> list[str]:
+    """Live processes of a run started in `tmp_path`: the launcher and the fork server run
+    there, and every rank's environment carries the script's path (in its run configuration),
+    wherever it runs. Zombies are dead: their table entry is the parent's to reap."""
+    found = []
+    me = os.getpid()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        if int(pid) == me:
+            continue
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            cwd = os.readlink(f"/proc/{pid}/cwd")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if cwd == str(tmp_path) or str(tmp_path).encode() in environ:
+            found.append(f"{pid}: {cmdline}")
+    return found
+
+
+def _assert_no_leftovers(tmp_path: Path) -> None:
+    deadline = time.monotonic() + 5  # a killed process may take a moment to leave the table
+    while _leftovers(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _leftovers(tmp_path) == []
+
+
+def _kill_all(proc: subprocess.Popen, tmp_path: Path) -> None:
+    """After a failed test: nothing of the run may outlive it."""
+    with_pids = [int(line.split(":", 1)[0]) for line in _leftovers(tmp_path)]
+    for pid in [proc.pid, *with_pids]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    proc.wait()
+
+
+class Run:
+    def __init__(self, proc: subprocess.Popen, stdout: str, stderr: str, seconds: float) -> None:
+        self.returncode = proc.returncode
+        self.stdout, self.stderr, self.seconds = stdout, stderr, seconds
+
+
+def _start(tmp_path: Path, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "phantom.cli", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})})
+
+
+def _finish(proc: subprocess.Popen, tmp_path: Path, t0: float, timeout: float = RUN_TIMEOUT_S) -> Run:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_all(proc, tmp_path)
+        out, err = proc.communicate()
+        pytest.fail(f"the run did not end within {timeout} s; its stderr:\n{err[-3000:]}")
+    return Run(proc, out, err, time.monotonic() - t0)
+
+
+def _run(tmp_path: Path, text: str, *options: str, nproc: int = 4, name: str = "s.py") -> Run:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    t0 = time.monotonic()
+    proc = _start(tmp_path, ["run", "--nproc-per-node", str(nproc), "--host-time", "off",
+                             *options, str(path)])
+    return _finish(proc, tmp_path, t0)
+
+
+def _no_traceback(run: Run) -> None:
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+
+
+# -- collective mismatches --------------------------------------------------------------------
+# Rank 0 makes a different call from its peers at the script's line 5; the coordinator names
+# the kind of mismatch, the ranks and both call sites. (kind: [what the message says, the
+# call, ranks]); `g` is a group of ranks 0 and 1, or of all three on ranks other than 0.
+MISMATCHES = {
+    "size": ("different sizes or dtypes",
+             "dist.all_reduce(torch.ones(8 * (rank + 1), device='cuda'))", 2),
+    "kind": ("different collectives",
+             "dist.all_reduce(x) if rank == 0 else "
+             "dist.all_gather_into_tensor(torch.empty(16, device='cuda'), x)", 2),
+    "members": ("different member ranks", "dist.all_reduce(x, group=g)", 3),
+    "root": ("different roots", "dist.broadcast(x, src=rank)", 2),
+}
+
+
+@pytest.mark.parametrize("kind", list(MISMATCHES))
+def test_a_collective_mismatch_names_the_mismatch_and_the_ranks(tmp_path, kind):
+    problem, call, nproc = MISMATCHES[kind]
+    run = _run(tmp_path, f"""\
+import torch, torch.distributed as dist
+dist.init_process_group("nccl"); rank = dist.get_rank()
+x = torch.ones(8, device="cuda")
+g = dist.new_group([0, 1] if rank == 0 else list(range(dist.get_world_size())))
+{call}
+""", nproc=nproc, name="mm.py")
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert f"phantom: error: collective mismatch ({problem})" in run.stderr, run.stderr[-3000:]
+    assert "  rank 0: " in run.stderr and ("  rank 1: " in run.stderr or "  rank 2: " in run.stderr)
+    # both call sites, each in the launcher's message (not a wrapper's line inside a library)
+    assert run.stderr.count("mm.py:5") >= 2, run.stderr[-3000:]
+    _no_traceback(run)
+
+
+# -- one rank fails in a 4-rank run -----------------------------------------------------------
+# Rank 2 fails at line 6 while ranks 0, 1 and 3 wait for it in an all-reduce. The run ends with
+# rank 2's own message and its exit status (128 + N for signal N, as a shell reports it).
+FAULTS = {
+    "oom": ("torch.empty(200 * 2**30, dtype=torch.uint8, device='cuda')",
+            1, "exit code 1", "CUDA out of memory"),
+    "raise": ("raise ValueError('rank two broke')", 1, "exit code 1", "ValueError: rank two broke"),
+    "sigkill": ("os.kill(os.getpid(), signal.SIGKILL)", 128 + signal.SIGKILL, "killed by SIGKILL", None),
+}
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_failing_rank_ends_a_four_rank_run_with_its_message_and_status(tmp_path, fault):
+    action, status, how, message = FAULTS[fault]
+    run = _run(tmp_path, f"""\
+import os, signal, torch, torch.distributed as dist
+dist.init_process_group("nccl"); rank = dist.get_rank()
+x = torch.ones(1024, device="cuda")
+dist.all_reduce(x)
+if rank == 2:
+    {action}
+dist.all_reduce(x)
+print("rank", rank, "passed the all-reduce", flush=True)
+""", name="fault.py")
+    assert run.returncode == status, run.stderr[-3000:]
+    assert f"phantom: rank 2 failed ({how}); stopping the other ranks." in run.stderr, run.stderr[-3000:]
+    if message is not None:
+        assert message in run.stderr  # rank 2's own output, shown by the launcher
+        assert "fault.py\", line 6" in run.stderr
+    # rank 0 (on the terminal) says where it was stopped, in one line; the only traceback
+    # is rank 2's own
+    assert "phantom: rank 0 was stopped in all_reduce at " in run.stderr, run.stderr[-3000:]
+    assert run.stderr.count("Traceback") == (0 if message is None else 1), run.stderr[-3000:]
+    assert "passed the all-reduce" not in run.stdout
+    _assert_no_leftovers(tmp_path)
+
+
+# -- bad configuration files ------------------------------------------------------------------
+# (file text, what the message must name after the file: the field and what was expected)
+BAD_CLUSTERS = {
+    "not_toml": ("gpu = H100\n", "not valid TOML"),
+    "missing_gpu": ("nodes = 2\n", "gpu: missing; expected"),
+    "unknown_gpu": ('gpu = "H900"\n', "gpu: expected one of"),
+    "wrong_type": ('gpu = "H100"\ngpus_per_node = "eight"\n', "gpus_per_node: expected"),
+    "unknown_key": ('gpu = "H100"\nnvlink_gbs = 450\n', "nvlink_gbs"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CLUSTERS))
+def test_a_bad_cluster_file_is_a_clear_usage_error(tmp_path, case):
+    text, expected = BAD_CLUSTERS[case]
+    cluster = tmp_path / "my_cluster.toml"
+    cluster.write_text(text)
+    (tmp_path / "s.py").write_text("print('never runs')\n")
+    t0 = time.monotonic()
+    run = _finish(_start(tmp_path, ["run", "--cluster", str(cluster), "s.py"]), tmp_path, t0)
+    assert run.returncode == 2, run.stderr[-3000:]
+    line, = run.stderr.strip().splitlines()  # one line: no traceback
+    assert line.startswith("phantom: error: ") and str(cluster) in line and expected in line, line
+    assert "never runs" not in run.stdout
+
+
+BAD_GPUS = {
+    # --gpu takes a preset's name; a file's path is not one
+    "gpu_option": (["--gpu", "my_gpu.toml"], "--gpu: unknown GPU 'my_gpu.toml'; known GPUs: H100"),
+    # a kernel database is the measured spec of a GPU's kernels (--db)
+    "db_not_json": (["--db", "kernels.json"], "kernels.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_GPUS))
+def test_a_bad_gpu_is_a_clear_usage_error(tmp_path, case):
+    options, expected = BAD_GPUS[case]
+    (tmp_path / "my_gpu.toml").write_text('name = "H900"\n')
+    (tmp_path / "kernels.json").write_text('{"header": {"gpu": "H100"}, "rows": [')
+    (tmp_path / "s.py").write_text("print('never runs')\n")
+    t0 = time.monotonic()
+    run = _finish(_start(tmp_path, ["run", *options, "s.py"]), tmp_path, t0)
+    assert run.returncode == 2, run.stderr[-3000:]
+    line, = run.stderr.strip().splitlines()
+    assert line.startswith("phantom: error: ") and expected in line, line
+
+
+# -- Ctrl-C and SIGTERM -----------------------------------------------------------------------
+FOREVER = """\
+import torch, torch.distributed as dist
+dist.init_process_group("nccl")
+x = torch.ones(8, device="cuda")
+dist.all_reduce(x)
+print("running", flush=True)
+while True:
+    dist.all_reduce(x)
+"""
+
+
+def _interrupt(tmp_path: Path, options: list[str], how: str, env: dict | None = None,
+               start_timeout: float = RUN_TIMEOUT_S) -> Run:
+    """Start FOREVER, wait until rank 0 runs, then Ctrl-C (SIGINT to the terminal's process
+    group: phantom's) or `kill` (SIGTERM to phantom alone)."""
+    path = tmp_path / "forever.py"
+    path.write_text(FOREVER)
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", *options, str(path)],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+    try:
+        _wait_for_line(proc, "running", start_timeout)
+    except BaseException:
+        _kill_all(proc, tmp_path)
+        raise
+    if how == "SIGINT":
+        os.killpg(proc.pid, signal.SIGINT)
+    else:
+        proc.send_signal(signal.SIGTERM)
+    t1 = time.monotonic()
+    run = _finish(proc, tmp_path, t1, timeout=30)
+    run.stdout = "running\n" + run.stdout
+    return run
+
+
+def _wait_for_line(proc: subprocess.Popen, line: str, timeout: float) -> None:
+    import selectors
+
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if sel.select(timeout=1) and proc.stdout.readline().strip() == line:
+                return
+            if proc.poll() is not None:
+                pytest.fail(f"the run ended before printing {line!r}:\n{proc.stderr.read()[-3000:]}")
+    pytest.fail(f"the run printed no {line!r} within {timeout} s")
+
+
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_an_interrupted_local_run_stops_every_rank(tmp_path, how):
+    run = _interrupt(tmp_path, ["--nproc-per-node", "4", "--host-time", "off"], how)
+    assert run.returncode == 128 + getattr(signal, how), run.stderr[-3000:]
+    assert run.stderr.strip().splitlines() == ["phantom: interrupted; stopping all ranks"], run.stderr[-3000:]
+    _assert_no_leftovers(tmp_path)
+
+
+# -- a script that never synchronises ---------------------------------------------------------
+NEVER_SYNCS = """\
+import json, os, time, torch
+import torch.distributed as dist
+dist.init_process_group("nccl")
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+t0 = time.perf_counter()
+for _ in range(20):
+    b = a @ a
+dist.all_reduce(b, async_op=True)  # never waited on
+print(json.dumps({"host_s": time.perf_counter() - t0}), flush=True)
+"""
+
+
+def test_a_script_that_never_synchronises_ends_with_its_gpu_work_counted(tmp_path):
+    """The host clock runs ahead of the GPU: without a sync the script reads only its launch
+    time, and the run's simulated time still ends when the queued GPU work does (docs/
+    simulation.md, 'Time'; report `simulated_seconds`)."""
+    import json
+
+    path = tmp_path / "nosync.py"
+    path.write_text(NEVER_SYNCS)
+    report = tmp_path / "report.json"
+    t0 = time.monotonic()
+    run = _finish(_start(tmp_path, ["run", "--nproc-per-node", "2", "--host-time", "off",
+                                    "--gpu", "H100", "--report", str(report), str(path)]),
+                  tmp_path, t0)
+    assert run.returncode == 0, run.stderr[-3000:]
+    host_s = json.loads(run.stdout.splitlines()[0])["host_s"]
+    simulated_s = json.loads(report.read_text())["simulated_seconds"]
+    # 20 GEMMs of 2 * 8192^3 FLOPs at no more than the H100's dense bf16 peak (989 TFLOP/s)
+    gemm_floor_s = 20 * 2 * 8192 ** 3 / 989e12
+    assert simulated_s >= gemm_floor_s
+    assert host_s < gemm_floor_s / 10  # launches only: the GPU work is not waited for
+    _assert_no_leftovers(tmp_path)
+
+
+# -- deadlocks --------------------------------------------------------------------------------
+# Every rank waits in a collective whose peer waits in another group's: nothing can complete,
+# and the coordinator says so instead of hanging. (ranks, the groups as `new_group` members and
+# description, each rank's two calls (group indexes), and for each rank: its group in the
+# message and the rank it waits for.)
+DEADLOCKS = {
+    # ranks 0 and 1 call the collectives of two groups in crossed order
+    "two_groups": (2, "[dist.new_group([0, 1], group_desc='A'), dist.new_group([0, 1], group_desc='B')]",
+                   {0: (0, 1), 1: (1, 0)}, [(0, "A", 1), (1, "B", 0)]),
+    # a cycle: rank 0 waits in A for rank 1, which waits in B for rank 2, which waits in C for 0
+    "three_group_cycle": (3, "[dist.new_group([0, 1], group_desc='A'), "
+                             "dist.new_group([1, 2], group_desc='B'), "
+                             "dist.new_group([0, 2], group_desc='C')]",
+                          {0: (0, 2), 1: (1, 0), 2: (2, 1)}, [(0, "A", 1), (1, "B", 2), (2, "C", 0)]),
+}
+
+
+@pytest.mark.parametrize("case", list(DEADLOCKS))
+def test_a_deadlock_across_groups_names_each_ranks_collective_and_group(tmp_path, case):
+    nproc, groups, order, expected = DEADLOCKS[case]
+    run = _run(tmp_path, f"""\
+import torch, torch.distributed as dist
+dist.init_process_group("nccl"); rank = dist.get_rank()
+groups = {groups}
+x = torch.ones(8, device="cuda")
+first, second = {order}[rank]
+dist.all_reduce(x, group=groups[first])
+dist.all_reduce(x, group=groups[second])
+""", nproc=nproc, name="cycle.py")
+    assert run.returncode == 1, run.stderr[-3000:]
+    assert "phantom: error: deadlock" in run.stderr, run.stderr[-3000:]
+    for rank, group, peer in expected:
+        assert (f"rank {rank}: all_reduce on group {group} " in run.stderr
+                and f"cycle.py:6 (<module>) (waiting for rank(s) {peer})" in run.stderr), run.stderr[-3000:]
+    _no_traceback(run)
+    _assert_no_leftovers(tmp_path)
