@@ -39,10 +39,10 @@ def test_debug_model_fsdp_on_two_ranks(tmp_path):
     assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
     assert "dp_shard=2" in proc.stdout + proc.stderr  # FSDP over both ranks
     steady = steps[2:]
-    tps = statistics.median(s["tps"] for s in steady)
-    # 6.2M parameters, 8 x 2048 tokens per rank: a host-bound step on an H100 (tens of ms), so
-    # tens of thousands to a few hundred thousand tokens/s per GPU; MFU well below 10%.
-    assert 1e4 < tps < 2e6
+    # 6.2M parameters, 8 x 2048 tokens per rank: a host-bound step, whose throughput depends on
+    # this machine's speed (docs/host-time.md); the simulated throughput of a GPU-bound step is
+    # checked against a real H100 in test_llama3_8b_5_layers_against_a_real_h100. Here: the
+    # GPU's peak bounds it, MFU well below 10%.
     assert all(0.0 < s["mfu"] < 10.0 for s in steady)
     # torchtitan's MFU is tflops / 989 (H100 SXM peak by device name): the line is coherent
     assert all(s["mfu"] == pytest.approx(100 * s["tflops"] / 989, abs=0.02) for s in steady)
@@ -52,6 +52,38 @@ def test_debug_model_fsdp_on_two_ranks(tmp_path):
     assert all(s["mem_pct"] == pytest.approx(100 * s["mem_gib"] / 79.18, abs=0.02) for s in steps)
     assert all(s["loss"] == 0.0 for s in steps)  # the documented placeholder of a data read
     assert "phantom summary" in proc.stderr and "iterations         5" in proc.stderr
+
+
+# The torchtitan bench's 8B-5layers-1gpu-dec2024-sac-compile row: the first 5 of Llama 3 8B's
+# blocks, each torch.compile'd, selective AC, on one real H100 (bench/results/torchtitan/
+# real-h100-2026-11-28-1.json: 1 x H100 80GB HBM3, torch 2.11.0+cu130, torchtitan 0.3.0; the
+# median of steps 16-40 of 40). torchtitan's memory is its peak reserved.
+REAL_8B_5LAYERS = {"tps": 39659.0, "mem_gib": 56.65}
+
+
+def test_llama3_8b_5_layers_against_a_real_h100(tmp_path):
+    """A GPU-bound step (MFU ~0.47) run as the benchmark ran it, with `--host-time off` so that
+    this machine's load cannot move it: throughput and memory against the real H100's."""
+    proc = run_phantom(["run", "--nproc-per-node", "1", "--gpu", "H100", "--host-time", "off",
+                        "bench/suites/torchtitan_entry.py", "--patches", "bench/suites/torchtitan_2024.py",
+                        "--dump_folder", str(tmp_path / "out"), "--module", "examples.torchtitan",
+                        "--config", "llama3_8b_5layers", "--compile.enable", "--training.steps", "4",
+                        "--training.disable_cuda_graphs", "activation-checkpoint:selective"],
+                       cwd=REPO, env={"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    steps = [dict(tps=float(m[5].replace(",", "")), mem_gib=float(m[3]))
+             for m in STEP.findall(ANSI.sub("", proc.stdout + proc.stderr))]
+    assert len(steps) == 4
+    steady = steps[1:]  # the first step holds the compiled blocks' first calls
+    # Tolerance: torchtitan's rows are within 4.3% of real on average (bench/README.md,
+    # torchtitan); this row's benchmark simulation, host included, is 1.2% above
+    # (sim-h100-2026-11-28-1.json) and leaving the host out adds ~3%. 10% holds these and
+    # fails 2x slower GEMMs (about two thirds of this step).
+    tps = statistics.median(s["tps"] for s in steady)
+    assert tps == pytest.approx(REAL_8B_5LAYERS["tps"], rel=0.10)
+    # Reserved memory: 4.5% below the real peak here (the compiled blocks' and autotuning's
+    # allocations are not all modelled); 6% fails a request rounding that grows every block.
+    assert max(s["mem_gib"] for s in steps) == pytest.approx(REAL_8B_5LAYERS["mem_gib"], rel=0.06)
 
 
 def test_moe_expert_parallel_uses_uniform_dispatch(tmp_path):
