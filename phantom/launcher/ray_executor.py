@@ -13,6 +13,7 @@ for each other in collectives), so Ray must not queue them behind a CPU count.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -153,6 +154,7 @@ class RayRank:
         self._ref = result_ref
         self.rank = rank
         self.returncode: int | None = None
+        self._killed = False  # by the launcher, which ends the run: not a failure to report
 
     def poll(self) -> int | None:
         if self.returncode is None:
@@ -176,11 +178,14 @@ class RayRank:
         try:
             return int(self._ray.get(self._ref))
         except Exception as e:  # the actor died (node lost, killed): a failed rank
+            if self._killed:
+                return -signal.SIGKILL  # as a local rank's process group is killed
             print(f"phantom: rank {self.rank}'s Ray actor failed: {e}", file=sys.stderr)
             return 1
 
     def kill_rank(self) -> None:
         if self.poll() is None:
+            self._killed = True
             try:
                 self._ray.get(self._actor.kill.remote(), timeout=10)
             except Exception:
