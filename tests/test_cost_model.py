@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -178,12 +179,44 @@ def test_transposed_copy_is_slower_than_contiguous(h100):
 
 
 # ---- GEMM ---------------------------------------------------------------------------------
+def held_out_gemm_ns(gpu_name: str, row: dict) -> float:
+    """The model's time for a measured GEMM row with the residuals at its shape left out: the
+    curve and the other shapes' corrections only (leave-one-shape-out, as calibrate.py
+    cross-validates)."""
+    gpu = get_gpu(gpu_name)
+    cal = load_calibration(gpu).gemm
+    p = row["params"]
+    batch, align = p.get("batch", 1), _gemm_alignment("bf16", p)
+    curve = gemm_time_ns(cal, "bf16", gpu, batch, p["M"], p["N"], p["K"], row["flops"], row["bytes"],
+                         align_bytes=align, correct=False)
+    at = tuple(round(v, 4) for v in gemm_point(batch, p["M"], p["N"], p["K"]))
+    return curve * gemm_residual(cal.residuals["bf16"], batch, p["M"], p["N"], p["K"], align, skip=at)
+
+
 def test_big_bf16_gemm_near_measured_peak_fraction(h100):
     n = 8192
     c = est(h100, aten.mm.default, t(n, n), t(n, n))
-    achieved = c.flops / (c.gpu_ns * 1e-9) / 1e12
-    # Measured on an H100 (bench/kernels/results/kernels_H100.json): 737-798 TFLOP/s at 8192^3 (989 peak).
+    assert c.flops == 2 * n**3
+    # Measured on an H100 (bench/kernels/results/kernels_H100.json): 734 TFLOP/s at 8192^3 (989
+    # peak), 737-798 in other sweeps. The fitted model reproduces its own rows, so the check is
+    # on the prediction with this shape's residual left out.
+    row = next(r for r in sweep_rows("kernels_H100.json") if r["op"] == "mm" and r["dtype"] == "bf16"
+               and (r["params"]["M"], r["params"]["N"], r["params"]["K"]) == (n, n, n))
+    achieved = c.flops / held_out_gemm_ns("H100", row) / 1e3
     assert 0.65 * 989.4 < achieved < 0.85 * 989.4
+
+
+def test_gemms_predicted_without_their_own_rows():
+    """Every bf16 GEMM the H100 sweep measured (mm, addmm, bmm; aligned and not), each predicted
+    with its own shape's residual left out. Tolerances from the fit's own cross-validation over
+    all 516 of its rows (H100.json fit "gemm.bf16.cross_validated": median 4.95%, p90 13.8%,
+    worst 39.8%); these 132 came out 4.8%, 11.7%, 28%. Every GEMM 1.5x off fails the median."""
+    rows = [r for r in sweep_rows("kernels_H100.json") if r["class"] == "gemm" and r["dtype"] == "bf16"]
+    errors = sorted(abs(held_out_gemm_ns("H100", r) / (r["median_us"] * 1e3) - 1.0) for r in rows)
+    assert len(errors) == 132
+    assert errors[len(errors) // 2] < 0.06
+    assert errors[int(0.9 * len(errors))] < 0.15
+    assert errors[-1] < 0.40
 
 
 def test_gemm_time_monotonic_in_size(h100):
@@ -360,6 +393,62 @@ def test_grouped_convs_match_the_grouped_sweep(h100):
     # the worst: fp32 channels_last backward, which cuDNN runs 4x slower at 7x7 than its 3x3 and
     # 5x5 rate says (one rate per key cannot follow that); every other row is within 2.6x
     assert worst < 4.5
+
+
+def held_out_factors(rows: list[dict], key, fit_rows, predict) -> list[float]:
+    """Two-fold cross-validation of a per-key fit: the sweep's shapes split in two halves (every
+    dtype, layout and direction of a shape in the same half), each half predicted by the model
+    fitted to the other, as the calibration script fits it (`fit_rows(rows)` gives a key's
+    constants, `predict(constants, row)` its time in ns). Returns each row's factor off."""
+    import contextlib
+    import io
+
+    def shape(r):
+        return tuple(sorted((k, v) for k, v in r["params"].items() if k not in ("layout", "bwd")))
+
+    rows = [r for r in rows if key(r)]
+    shapes = sorted({shape(r) for r in rows})
+    factors = []
+    for fold in (0, 1):
+        train = [r for r in rows if shapes.index(shape(r)) % 2 != fold]
+        with contextlib.redirect_stdout(io.StringIO()):  # the fits print their quality
+            fitted = fit_rows(train)
+        factors += [math.exp(abs(math.log(predict(fitted[key(r)], r) / (r["median_us"] * 1e3))))
+                    for r in rows if shapes.index(shape(r)) % 2 == fold]
+    return sorted(factors)
+
+
+def test_grouped_convs_held_out():
+    """The grouped-conv model (calibrate_conv.py) predicts sweep shapes it was not fitted to."""
+    from phantom.cost import calibrate_conv as cc
+    from phantom.cost.calibration import read_calibration
+
+    gpu = get_gpu("H100")
+    cal = read_calibration(Path(__file__).parents[1] / "phantom/cost/data/H100.json")
+    factors = held_out_factors(sweep_rows("sweep_grouped_H100.json"), cc.grouped_key,
+                               lambda rows: cc.fit_grouped(cal, gpu, rows),
+                               lambda g, r: cc.predict_grouped_ns(cal, gpu, r, g))
+    assert len(factors) == 128
+    # The in-sample test above allows a median of 1.35x; held out the median is 1.22x and the
+    # 90th percentile 2.0x. The tail is the fp32 channels-last 7x7 backward (cuDNN 4x slower
+    # there than its 3x3 and 5x5 rate, which one rate per key cannot follow): held out, with
+    # half its 7x7 rows gone, up to 7.3x; 8x bounds it.
+    assert factors[len(factors) // 2] < 1.35
+    assert factors[int(0.9 * len(factors))] < 2.3 and factors[-1] < 8.0
+
+
+@pytest.mark.parametrize("sweep", ["sweep_bn_grouped_H100.json", "sweep_cudnn_bn_H100.json"])
+def test_batch_norm_held_out(sweep):
+    """The batch-norm model (calibrate_norm.py) predicts sweep shapes it was not fitted to, at
+    the median within the bound its in-sample tests allow (1.25x; held out: 1.18x ATen, 1.10x
+    cuDNN). The worst, held out: ATen's NCHW forward at batch 8 with 640-1280 channels, 2.6x
+    (in-sample 2.3x); 2.8x bounds it."""
+    from phantom.cost import calibrate_norm as cn
+
+    factors = held_out_factors(sweep_rows(sweep), cn.key, lambda rows: cn.fit_batch_norm(rows)[0],
+                               cn.predict_ns)
+    assert len(factors) == 136
+    assert factors[len(factors) // 2] < 1.25 and factors[-1] < 2.8
 
 
 def test_batch_norm_follows_elements_and_nchw_channels(h100):
