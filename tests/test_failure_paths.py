@@ -130,8 +130,9 @@ g = dist.new_group([0, 1] if rank == 0 else list(range(dist.get_world_size())))
     assert run.returncode == 1, run.stderr[-3000:]
     assert f"phantom: error: collective mismatch ({problem})" in run.stderr, run.stderr[-3000:]
     assert "  rank 0: " in run.stderr and ("  rank 1: " in run.stderr or "  rank 2: " in run.stderr)
-    # both call sites, each in the launcher's message (not a wrapper's line inside a library)
-    assert run.stderr.count("mm.py:5") >= 2, run.stderr[-3000:]
+    # both call sites, in the launcher's message (not a wrapper's line inside a library)
+    message = run.stderr.split("phantom: error: ", 1)[1]
+    assert message.count("mm.py:5 (<module>)") == 2, run.stderr[-3000:]
     _no_traceback(run)
 
 
@@ -275,6 +276,36 @@ def test_an_interrupted_local_run_stops_every_rank(tmp_path, how):
     assert run.returncode == 128 + getattr(signal, how), run.stderr[-3000:]
     assert run.stderr.strip().splitlines() == ["phantom: interrupted; stopping all ranks"], run.stderr[-3000:]
     _assert_no_leftovers(tmp_path)
+
+
+def test_ranks_end_on_their_own_when_phantom_itself_is_killed(tmp_path):
+    """SIGKILL to `phantom` (the OOM killer, `kill -9`) leaves it no time to stop the ranks:
+    they end by themselves, a rank computing as well as ranks waiting in a collective."""
+    path = tmp_path / "orphan.py"
+    path.write_text(textwrap.dedent("""\
+        import torch, torch.distributed as dist
+        dist.init_process_group("nccl")
+        x = torch.ones(8, device="cuda")
+        dist.all_reduce(x)
+        print("running", flush=True)
+        while dist.get_rank() == 3:
+            x = x * 2  # never reaches a collective
+        dist.all_reduce(x)
+    """))
+    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", "--nproc-per-node", "4",
+                             "--host-time", "off", str(path)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        _wait_for_line(proc, "running", RUN_TIMEOUT_S)
+        time.sleep(1)  # the others reach their all-reduce
+        proc.kill()
+        out, err = proc.communicate(timeout=30)  # the ranks hold its pipes open until they end
+    except BaseException:
+        _kill_all(proc, tmp_path)
+        raise
+    _assert_no_leftovers(tmp_path)
+    assert "Traceback" not in err, err[-3000:]  # rank 0's, on the terminal: one line at most
 
 
 @pytest.fixture(scope="module")

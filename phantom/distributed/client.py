@@ -59,8 +59,11 @@ class CoordinatorClient:
 
     def _ask(self, message: tuple):
         with self._lock:
-            self._conn.send(message)
-            reply = self._conn.recv()
+            try:
+                self._conn.send(message)
+                reply = self._conn.recv()
+            except (EOFError, OSError):  # the coordinator's process ended without a word
+                raise CoordinatorAborted(self.rank, "phantom's launcher is gone") from None
         if isinstance(reply, Abort):
             raise CoordinatorAborted(self.rank, reply.message)
         return reply

@@ -90,6 +90,8 @@ def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
     code = 1
     try:
         os.setsid()  # its own process group: the launcher kills it as a whole
+        # ...and if the launcher cannot (SIGKILLed), this server exits, and the rank with it
+        die_with_parent()
         sock.close()
         out, err = fds
         os.dup2(out, 1)
@@ -116,6 +118,16 @@ def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
             exit_process(code)
         finally:
             os._exit(code)
+
+
+def die_with_parent() -> None:
+    """This process gets SIGKILL when its parent ends (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:  # not Linux
+        pass
 
 
 def main() -> int:

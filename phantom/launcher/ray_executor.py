@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Callable
 
+from phantom.launcher.forkserver import die_with_parent
+
 # Line sink: (rank, "out" | "err", raw line) -> None
 Sink = Callable[[int, str, bytes], None]
 
@@ -49,7 +51,7 @@ def _rank_actor_class():
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "phantom.launcher.bootstrap"], env=full,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                preexec_fn=_die_with_parent)
+                preexec_fn=die_with_parent)  # even if Ray kills the actor
             pumps = [threading.Thread(target=_pump_to_queue, args=(stream, rank, tag, lines))
                      for stream, tag in ((self._proc.stdout, "out"), (self._proc.stderr, "err"))]
             for p in pumps:
@@ -69,17 +71,6 @@ def _rank_actor_class():
                     pass
 
     return RankActor
-
-
-def _die_with_parent() -> None:
-    """The rank dies with its actor (Linux PR_SET_PDEATHSIG), even if Ray kills the actor."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _pump_to_queue(stream, rank: int, tag: str, lines) -> None:
