@@ -7,6 +7,7 @@ killed) instead of blocking the suite.
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,8 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from conftest import REPO
 
 # A run that ends "within seconds": start-up of 4 forked ranks is 3-6 s on a loaded 2-core
 # machine; a hang runs into this and fails.
@@ -58,54 +57,48 @@ def _assert_no_leftovers(tmp_path: Path) -> None:
 
 def _kill_all(proc: subprocess.Popen, tmp_path: Path) -> None:
     """After a failed test: nothing of the run may outlive it."""
-    with_pids = [int(line.split(":", 1)[0]) for line in _leftovers(tmp_path)]
-    for pid in [proc.pid, *with_pids]:
+    pids = [int(line.split(":", 1)[0]) for line in _leftovers(tmp_path)]
+    for pid in [proc.pid, *pids]:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
-    proc.wait()
-
-
-class Run:
-    def __init__(self, proc: subprocess.Popen, stdout: str, stderr: str, seconds: float) -> None:
-        self.returncode = proc.returncode
-        self.stdout, self.stderr, self.seconds = stdout, stderr, seconds
+    proc.communicate()
 
 
 def _start(tmp_path: Path, args: list[str], env: dict | None = None) -> subprocess.Popen:
+    """`phantom ARGS` in `tmp_path`, in a process group of its own (as a terminal's job)."""
     return subprocess.Popen([sys.executable, "-m", "phantom.cli", *args], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})})
+                            env={**os.environ, **(env or {})}, start_new_session=True)
 
 
-def _finish(proc: subprocess.Popen, tmp_path: Path, t0: float, timeout: float = RUN_TIMEOUT_S) -> Run:
+def _finish(proc: subprocess.Popen, tmp_path: Path,
+            timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_all(proc, tmp_path)
-        out, err = proc.communicate()
-        pytest.fail(f"the run did not end within {timeout} s; its stderr:\n{err[-3000:]}")
-    return Run(proc, out, err, time.monotonic() - t0)
+        pytest.fail(f"the run did not end within {timeout} s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
-def _run(tmp_path: Path, text: str, *options: str, nproc: int = 4, name: str = "s.py") -> Run:
+def _run(tmp_path: Path, text: str, *options: str, nproc: int = 4,
+         name: str = "s.py") -> subprocess.CompletedProcess:
     path = tmp_path / name
     path.write_text(textwrap.dedent(text))
-    t0 = time.monotonic()
-    proc = _start(tmp_path, ["run", "--nproc-per-node", str(nproc), "--host-time", "off",
-                             *options, str(path)])
-    return _finish(proc, tmp_path, t0)
+    return _finish(_start(tmp_path, ["run", "--nproc-per-node", str(nproc), "--host-time", "off",
+                                     *options, str(path)]), tmp_path)
 
 
-def _no_traceback(run: Run) -> None:
+def _no_traceback(run: subprocess.CompletedProcess) -> None:
     assert "Traceback" not in run.stderr, run.stderr[-3000:]
 
 
 # -- collective mismatches --------------------------------------------------------------------
 # Rank 0 makes a different call from its peers at the script's line 5; the coordinator names
-# the kind of mismatch, the ranks and both call sites. (kind: [what the message says, the
-# call, ranks]); `g` is a group of ranks 0 and 1, or of all three on ranks other than 0.
+# the kind of mismatch, the ranks and both call sites. kind: (what the message says, the call,
+# ranks); `g` is a group of ranks 0 and 1 on rank 0, of every rank on the others.
 MISMATCHES = {
     "size": ("different sizes or dtypes",
              "dist.all_reduce(torch.ones(8 * (rank + 1), device='cuda'))", 2),
@@ -190,8 +183,7 @@ def test_a_bad_cluster_file_is_a_clear_usage_error(tmp_path, case):
     cluster = tmp_path / "my_cluster.toml"
     cluster.write_text(text)
     (tmp_path / "s.py").write_text("print('never runs')\n")
-    t0 = time.monotonic()
-    run = _finish(_start(tmp_path, ["run", "--cluster", str(cluster), "s.py"]), tmp_path, t0)
+    run = _finish(_start(tmp_path, ["run", "--cluster", str(cluster), "s.py"]), tmp_path)
     assert run.returncode == 2, run.stderr[-3000:]
     line, = run.stderr.strip().splitlines()  # one line: no traceback
     assert line.startswith("phantom: error: ") and str(cluster) in line and expected in line, line
@@ -212,8 +204,7 @@ def test_a_bad_gpu_is_a_clear_usage_error(tmp_path, case):
     (tmp_path / "my_gpu.toml").write_text('name = "H900"\n')
     (tmp_path / "kernels.json").write_text('{"header": {"gpu": "H100"}, "rows": [')
     (tmp_path / "s.py").write_text("print('never runs')\n")
-    t0 = time.monotonic()
-    run = _finish(_start(tmp_path, ["run", *options, "s.py"]), tmp_path, t0)
+    run = _finish(_start(tmp_path, ["run", *options, "s.py"]), tmp_path)
     assert run.returncode == 2, run.stderr[-3000:]
     line, = run.stderr.strip().splitlines()
     assert line.startswith("phantom: error: ") and expected in line, line
@@ -232,15 +223,12 @@ while True:
 
 
 def _interrupt(tmp_path: Path, options: list[str], how: str, env: dict | None = None,
-               start_timeout: float = RUN_TIMEOUT_S) -> Run:
+               start_timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
     """Start FOREVER, wait until rank 0 runs, then Ctrl-C (SIGINT to the terminal's process
     group: phantom's) or `kill` (SIGTERM to phantom alone)."""
     path = tmp_path / "forever.py"
     path.write_text(FOREVER)
-    t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", *options, str(path)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+    proc = _start(tmp_path, ["run", *options, str(path)], env)
     try:
         _wait_for_line(proc, "running", start_timeout)
     except BaseException:
@@ -250,10 +238,7 @@ def _interrupt(tmp_path: Path, options: list[str], how: str, env: dict | None = 
         os.killpg(proc.pid, signal.SIGINT)
     else:
         proc.send_signal(signal.SIGTERM)
-    t1 = time.monotonic()
-    run = _finish(proc, tmp_path, t1, timeout=30)
-    run.stdout = "running\n" + run.stdout
-    return run
+    return _finish(proc, tmp_path, timeout=30)
 
 
 def _wait_for_line(proc: subprocess.Popen, line: str, timeout: float) -> None:
@@ -292,20 +277,17 @@ def test_ranks_end_on_their_own_when_phantom_itself_is_killed(tmp_path):
             x = x * 2  # never reaches a collective
         dist.all_reduce(x)
     """))
-    proc = subprocess.Popen([sys.executable, "-m", "phantom.cli", "run", "--nproc-per-node", "4",
-                             "--host-time", "off", str(path)], cwd=tmp_path,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = _start(tmp_path, ["run", "--nproc-per-node", "4", "--host-time", "off", str(path)])
     try:
         _wait_for_line(proc, "running", RUN_TIMEOUT_S)
         time.sleep(1)  # the others reach their all-reduce
-        proc.kill()
-        out, err = proc.communicate(timeout=30)  # the ranks hold its pipes open until they end
     except BaseException:
         _kill_all(proc, tmp_path)
         raise
+    proc.kill()
+    run = _finish(proc, tmp_path, timeout=30)  # the ranks hold its pipes open until they end
     _assert_no_leftovers(tmp_path)
-    assert "Traceback" not in err, err[-3000:]  # rank 0's, on the terminal: one line at most
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]  # rank 0's: one line at most
 
 
 @pytest.fixture(scope="module")
@@ -412,15 +394,12 @@ def test_a_script_that_never_synchronises_ends_with_its_gpu_work_counted(tmp_pat
     """The host clock runs ahead of the GPU: without a sync the script reads only its launch
     time, and the run's simulated time still ends when the queued GPU work does (docs/
     simulation.md, 'Time'; report `simulated_seconds`)."""
-    import json
-
     path = tmp_path / "nosync.py"
     path.write_text(NEVER_SYNCS)
     report = tmp_path / "report.json"
-    t0 = time.monotonic()
     run = _finish(_start(tmp_path, ["run", "--nproc-per-node", "2", "--host-time", "off",
                                     "--gpu", "H100", "--report", str(report), str(path)]),
-                  tmp_path, t0)
+                  tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     host_s = json.loads(run.stdout.splitlines()[0])["host_s"]
     simulated_s = json.loads(report.read_text())["simulated_seconds"]
