@@ -7,6 +7,7 @@ killed) instead of blocking the suite.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -290,92 +291,6 @@ def test_ranks_end_on_their_own_when_phantom_itself_is_killed(tmp_path):
     assert "Traceback" not in run.stderr, run.stderr[-3000:]  # rank 0's: one line at most
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """A private local Ray cluster (`ray start --head`), as tests/test_ray.py starts one:
-    (address, environment)."""
-    import shutil
-    import tempfile
-
-    pytest.importorskip("ray", reason="Ray is not installed (pip install 'phantom-sim[ray]')")
-    from phantom.launcher.launch import free_port
-
-    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
-    if ray_cli is None:
-        pytest.skip("the `ray` command is not on PATH")
-    port = free_port()
-    # Token authentication is off for this private, local cluster.
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    # short: Ray's Unix sockets go under it, and a socket path may not exceed 107 bytes
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
-                              "--include-dashboard=false", "--disable-usage-stats",
-                              f"--temp-dir={temp}"], env=env, capture_output=True, text=True,
-                             timeout=180, start_new_session=True)  # its own group to stop
-    if started.returncode != 0:
-        shutil.rmtree(temp, ignore_errors=True)
-        pytest.fail(f"`ray start` failed (exit {started.returncode}):\n{started.stderr[-3000:]}")
-    try:
-        yield f"127.0.0.1:{port}", {"RAY_AUTH_MODE": "disabled"}
-    finally:
-        _stop_ray_cluster(temp)
-        shutil.rmtree(temp, ignore_errors=True)
-
-
-def _stop_ray_cluster(temp: str) -> None:
-    """Stop the cluster whose processes name `temp`, and no other: `ray stop` would stop
-    every Ray cluster of this user, tests/test_ray.py's in another test worker included.
-    `ray start`, started in a session of its own, leaves its processes in one process group."""
-    groups = set()
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if temp.encode() in f.read():
-                    groups.add(os.getpgid(int(pid)))
-        except OSError:
-            continue
-    groups.discard(os.getpgrp())  # never this test process's own
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for group in groups:
-            try:
-                os.killpg(group, sig)
-            except OSError:
-                pass
-        deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 10)
-        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
-            time.sleep(0.2)
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except OSError:
-        return False
-    # zombies answer too: alive only if some member is not one
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            if int(fields[2]) == group and fields[0] != b"Z":
-                return True
-        except (OSError, IndexError, ValueError):
-            continue
-    return False
-
-
-@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
-def test_an_interrupted_ray_run_stops_every_rank(tmp_path, ray_cluster, how):
-    """The same on Ray: the launcher kills the rank actors it started (and their bootstrap
-    processes with them) and says so in one line, not once per actor."""
-    address, env = ray_cluster
-    run = _interrupt(tmp_path, ["--executor", "ray", "--ray-address", address,
-                                "--nproc-per-node", "2", "--host-time", "off"], how, env=env,
-                     start_timeout=120)
-    assert run.returncode == 128 + getattr(signal, how), run.stderr[-3000:]
-    assert run.stderr.strip().splitlines() == ["phantom: interrupted; stopping all ranks"], run.stderr[-3000:]
-    _assert_no_leftovers(tmp_path)
-
-
 # -- a script that never synchronises ---------------------------------------------------------
 NEVER_SYNCS = """\
 import json, os, time, torch
@@ -446,3 +361,94 @@ dist.all_reduce(x, group=groups[second])
                 and f"cycle.py:6 (<module>) (waiting for rank(s) {peer})" in run.stderr), run.stderr[-3000:]
     _no_traceback(run)
     _assert_no_leftovers(tmp_path)
+
+
+# -- Ctrl-C and SIGTERM on Ray ----------------------------------------------------------------
+@contextlib.contextmanager
+def _ray_cluster():
+    """A private local Ray cluster (`ray start --head`), as tests/test_ray.py starts one:
+    (address, environment)."""
+    import shutil
+    import tempfile
+
+    from phantom.launcher.launch import free_port
+
+    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
+    if ray_cli is None:
+        pytest.skip("the `ray` command is not on PATH")
+    port = free_port()
+    # Token authentication is off for this private, local cluster.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    # short: Ray's Unix sockets go under it, and a socket path may not exceed 107 bytes
+    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
+                              "--include-dashboard=false", "--disable-usage-stats",
+                              f"--temp-dir={temp}"], env=env, capture_output=True, text=True,
+                             timeout=180, start_new_session=True)  # its own group to stop
+    if started.returncode != 0:
+        shutil.rmtree(temp, ignore_errors=True)
+        pytest.fail(f"`ray start` failed (exit {started.returncode}):\n{started.stderr[-3000:]}")
+    try:
+        yield f"127.0.0.1:{port}", {"RAY_AUTH_MODE": "disabled"}
+    finally:
+        _stop_ray_cluster(temp)
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _stop_ray_cluster(temp: str) -> None:
+    """Stop the cluster whose processes name `temp`, and no other: `ray stop` would stop
+    every Ray cluster of this user, tests/test_ray.py's in another test worker included.
+    `ray start`, started in a session of its own, leaves its processes in one process group."""
+    groups = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if temp.encode() in f.read():
+                    groups.add(os.getpgid(int(pid)))
+        except OSError:
+            continue
+    groups.discard(os.getpgrp())  # never this test process's own
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except OSError:
+                pass
+        deadline = time.monotonic() + (3 if sig == signal.SIGTERM else 10)
+        while time.monotonic() < deadline and any(_group_alive(g) for g in groups):
+            time.sleep(0.2)
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except OSError:
+        return False
+    # zombies answer too: alive only if some member is not one
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            if int(fields[2]) == group and fields[0] != b"Z":
+                return True
+        except (OSError, IndexError, ValueError):
+            continue
+    return False
+
+
+def test_an_interrupted_ray_run_stops_every_rank(tmp_path):
+    """The same on Ray: the launcher kills the rank actors it started (and their bootstrap
+    processes with them) and says so in one line, not once per actor. Both signals in one
+    test, so that the suite starts one Ray cluster for them, whichever worker runs it."""
+    pytest.importorskip("ray", reason="Ray is not installed (pip install 'phantom-sim[ray]')")
+    with _ray_cluster() as (address, env):
+        for how in ("SIGINT", "SIGTERM"):
+            cwd = tmp_path / how
+            cwd.mkdir()
+            run = _interrupt(cwd, ["--executor", "ray", "--ray-address", address,
+                                   "--nproc-per-node", "2", "--host-time", "off"], how, env=env,
+                             start_timeout=120)
+            assert run.returncode == 128 + getattr(signal, how), run.stderr[-3000:]
+            assert run.stderr.strip().splitlines() == ["phantom: interrupted; stopping all ranks"], \
+                run.stderr[-3000:]
+            _assert_no_leftovers(cwd)
