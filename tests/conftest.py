@@ -11,7 +11,8 @@ never reads or writes the user's copy. At the start of a session (in the control
 pytest-xdist starts its workers, which inherit the environment) a seed directory is made:
 the native library is built into it and `phantom calibrate` measures this machine once, as a
 user would. Every test then gets an empty cache directory of its own holding a read-only link
-to the library and a copy of the calibration, so what one test writes no other test sees.
+to the library and a copy of the calibration, so what one test writes no other test sees
+(module- and session-scoped fixtures, set up before it, share one such directory per process).
 Set PHANTOM_TEST_SEED_CACHE to a directory prepared the same way to skip the ~40 s set-up.
 
 Note [Expected skips]
@@ -23,6 +24,7 @@ PHANTOM_STRICT_SKIPS=1 (set by .ci/run) any other skip fails the run at the end.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -42,8 +44,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def run_phantom(args: list[str], cwd: Path | None = None, timeout: int = 600,
                 env: dict | None = None) -> subprocess.CompletedProcess:
-    """`phantom ARGS` in a subprocess. It runs in a process group of its own, killed whole if
-    the call times out or the test is interrupted (pytest-timeout), so no rank outlives it."""
+    """`phantom ARGS` in a subprocess, in a process group of its own that is killed if the call
+    times out or the test is interrupted (pytest-timeout). Its ranks run in sessions of their
+    own and end with it (phantom/launcher/lifetime.py)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     command = [sys.executable, "-m", "phantom.cli", *args]
@@ -52,17 +55,12 @@ def run_phantom(args: list[str], cwd: Path | None = None, timeout: int = 600,
         try:
             stdout, stderr = proc.communicate(timeout=timeout)
         except BaseException:
-            _kill_group(proc)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=30)
             raise
     return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.communicate()
 
 
 @pytest.fixture
@@ -106,7 +104,8 @@ def prepare_seed_cache() -> Path:
     if build.returncode != 0:
         raise pytest.UsageError(f"could not build phantom's native library for the tests:\n{build.stderr}")
     # --force: a calibration measured while another process is busy is still this machine's,
-    # only slower; the tests' expectations do not depend on the host's speed.
+    # only slower; tests that compare times leave host time out (--host-time off) or bound
+    # it by what a real run's host side may take.
     calibrate = subprocess.run([sys.executable, "-m", "phantom.cli", "calibrate", "--force"],
                                env=env, capture_output=True, text=True)
     if calibrate.returncode != 0:
@@ -116,34 +115,61 @@ def prepare_seed_cache() -> Path:
     return seed
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    if hasattr(config, "workerinput") or os.environ.get(SEED_ENV):
-        return  # a pytest-xdist worker inherits the controller's seed through the environment
-    seed = prepare_seed_cache()
-    os.environ[SEED_ENV] = str(seed)
-    config._phantom_seed_cache = seed  # removed at the end of the session
-
-
-def pytest_unconfigure(config: pytest.Config) -> None:
-    seed = getattr(config, "_phantom_seed_cache", None)
-    if seed is not None:
-        for item in seed.iterdir():
-            item.chmod(0o644)
-        shutil.rmtree(seed, ignore_errors=True)
-        os.environ.pop(SEED_ENV, None)
-
-
-@pytest.fixture(autouse=True)
-def phantom_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """This test's own $PHANTOM_CACHE_DIR: a read-only link to the seed's native library and a
-    copy of its calibration (Note [Test isolation])."""
-    cache = tmp_path_factory.mktemp("phantom-cache")
+def _fill_from_seed(cache: Path) -> Path:
+    """A read-only link to the seed's native library and a copy of its calibration."""
     seed = Path(os.environ[SEED_ENV])
     for item in seed.iterdir():
         if item.suffix == ".so":
             (cache / item.name).symlink_to(item)
         else:
             shutil.copyfile(item, cache / item.name)
+    return cache
+
+
+def _check_seed(seed: Path) -> None:
+    """A seed given in PHANTOM_TEST_SEED_CACHE must hold what prepare_seed_cache makes."""
+    needed = (library_path(seed), seed / "host_calibration.json")
+    missing = [path.name for path in needed if not path.is_file()]
+    if missing:
+        raise pytest.UsageError(f"{SEED_ENV}={seed} lacks {', '.join(missing)} (for this torch): unset "
+                                "it to have the tests prepare one, or see docs/testing.md")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The seed: made once, in the controller (a pytest-xdist worker inherits it through the
+    # environment) unless given.
+    if not hasattr(config, "workerinput"):
+        if os.environ.get(SEED_ENV):
+            _check_seed(Path(os.environ[SEED_ENV]))
+        else:
+            seed = prepare_seed_cache()
+            os.environ[SEED_ENV] = str(seed)
+            config._phantom_seed_cache = seed  # removed at the end of the session
+    # This process's cache, for what runs outside a test's own (module- and session-scoped
+    # fixtures run before the per-test fixture below is set up).
+    config._phantom_user_cache = os.environ.get("PHANTOM_CACHE_DIR")
+    config._phantom_process_cache = _fill_from_seed(Path(tempfile.mkdtemp(prefix="phantom-test-cache-")))
+    os.environ["PHANTOM_CACHE_DIR"] = str(config._phantom_process_cache)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    process_cache = getattr(config, "_phantom_process_cache", None)
+    if process_cache is not None:
+        shutil.rmtree(process_cache, ignore_errors=True)
+        if config._phantom_user_cache is None:
+            os.environ.pop("PHANTOM_CACHE_DIR", None)
+        else:
+            os.environ["PHANTOM_CACHE_DIR"] = config._phantom_user_cache
+    seed = getattr(config, "_phantom_seed_cache", None)
+    if seed is not None:
+        shutil.rmtree(seed, ignore_errors=True)
+        os.environ.pop(SEED_ENV, None)
+
+
+@pytest.fixture(autouse=True)
+def phantom_cache_dir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's own $PHANTOM_CACHE_DIR, filled from the seed (Note [Test isolation])."""
+    cache = _fill_from_seed(tmp_path_factory.mktemp("phantom-cache"))
     monkeypatch.setenv("PHANTOM_CACHE_DIR", str(cache))
     return cache
 

@@ -1,16 +1,13 @@
 """`phantom run --executor ray`: rank processes as Ray actors on a local Ray cluster that the
 test starts (`ray start --head`) and stops."""
-import os
 import re
-import shutil
 import subprocess
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
-from phantom.launcher.launch import free_port
+import processes
+from conftest import run_phantom
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'phantom-sim[ray]')")
 
@@ -28,32 +25,12 @@ ARGS = ["--cluster", "h100-ib", "--nnodes", "2", "--ranks", "0,8", "--host-time"
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    ray_cli = shutil.which("ray", path=os.path.dirname(sys.executable)) or shutil.which("ray")
-    if ray_cli is None:
-        pytest.skip("the `ray` command is not on PATH")
-    port = free_port()
-    # Token authentication (Ray >= 2.5x's default for `ray start`) is off for this private,
-    # local test cluster; a user's cluster brings its own token (RAY_AUTH_TOKEN).
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    # A short directory: Ray puts its Unix sockets under it, and a socket path may not exceed
-    # 107 bytes (pytest's basetemp under a longer TMPDIR made `ray start` fail).
-    temp = tempfile.mkdtemp(prefix="ray", dir="/tmp")
-    started = subprocess.run([ray_cli, "start", "--head", "--port", str(port), "--num-cpus", "2",
-                              "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp}"],
-                             env=env, capture_output=True, text=True, timeout=180)
-    if started.returncode != 0:
-        shutil.rmtree(temp, ignore_errors=True)
-        pytest.fail(f"`ray start` failed (exit {started.returncode}):\n{started.stderr[-3000:]}")
-    try:
-        yield f"127.0.0.1:{port}", env
-    finally:
-        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
-        shutil.rmtree(temp, ignore_errors=True)
+    with processes.ray_cluster() as cluster:
+        yield cluster
 
 
 def _phantom(args: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "phantom.cli", "run", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=900)
+    return run_phantom(["run", *args], cwd=cwd, env=env)
 
 
 def _summary(out: str) -> dict[str, float]:

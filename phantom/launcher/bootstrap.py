@@ -23,6 +23,7 @@ from typing import NoReturn
 from phantom.adapters import SIMULATED_TE_ENV  # imports no torch
 from phantom.config import ENV_VAR, RunConfig
 from phantom.errors import RunStopped
+from phantom.launcher.lifetime import die_with_starter
 
 
 def _run_target(config: RunConfig) -> None:
@@ -142,6 +143,7 @@ def prepare_process(quiet: bool) -> None:
 
 
 def main() -> int:
+    die_with_starter()
     config = RunConfig.from_json(os.environ[ENV_VAR])
     # `kill -USR1 <pid>` prints where a rank is, for a run that seems stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)

@@ -21,6 +21,8 @@ import signal
 import socket
 import sys
 
+from phantom.launcher.lifetime import die_with_parent
+
 ENV_FD = "PHANTOM_FORKSERVER_FD"
 MAX_MESSAGE = 1 << 20
 
@@ -81,6 +83,7 @@ def _reap(children: dict[int, int], sock: socket.socket) -> None:
 def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
+    server = os.getpid()
     pid = os.fork()
     if pid:
         return pid
@@ -91,7 +94,7 @@ def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
     try:
         os.setsid()  # its own process group: the launcher kills it as a whole
         # ...and if the launcher cannot (SIGKILLed), this server exits, and the rank with it
-        die_with_parent()
+        die_with_parent(server)
         sock.close()
         out, err = fds
         os.dup2(out, 1)
@@ -118,16 +121,6 @@ def _fork_rank(request: dict, fds: list[int], sock: socket.socket) -> int:
             exit_process(code)
         finally:
             os._exit(code)
-
-
-def die_with_parent() -> None:
-    """This process gets SIGKILL when its parent ends (Linux PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:  # not Linux
-        pass
 
 
 def main() -> int:

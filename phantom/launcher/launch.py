@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from phantom.config import ENV_VAR, RunConfig
+from phantom.launcher.lifetime import PARENT_PID_ENV
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40
@@ -245,6 +246,11 @@ def _pump(stream, sink, prefix: str, log) -> None:
     stream.close()
 
 
+def _with_parent(env: dict) -> dict:
+    """A rank's environment, naming this process as the one it dies with (launcher.lifetime)."""
+    return {**env, PARENT_PID_ENV: str(os.getpid())}
+
+
 def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) -> _Rank:
     shown = config.tee == "all" or rank == 0
     log_path = log_dir / f"rank{rank}.log"
@@ -254,7 +260,7 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) 
             sys.stdout.flush()
             sys.stderr.flush()
             return _Rank(rank, server.start(rank, env, 1, 2), None)
-        proc = subprocess.Popen(BOOTSTRAP, env=env, start_new_session=True)
+        proc = subprocess.Popen(BOOTSTRAP, env=_with_parent(env), start_new_session=True)
         return _Rank(rank, proc, None)
     if server is not None:
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
@@ -263,7 +269,7 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) 
         os.close(err_w)
         streams = (os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
     else:
-        proc = subprocess.Popen(BOOTSTRAP, env=env, start_new_session=True,
+        proc = subprocess.Popen(BOOTSTRAP, env=_with_parent(env), start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         streams = (proc.stdout, proc.stderr)
     r = _Rank(rank, proc, log_path)
@@ -482,8 +488,10 @@ def _supervise(config: RunConfig, ranks: list[_Rank], coordinator,
 # Ranks that all exit with the same error code (a script's `sys.exit(3)` on every rank) are
 # then ending anyway, running their exit hooks and flushing their files; killed at once, a
 # later one can lose what it wrote (a file it never closed comes out empty).
-# Ranks blocked in a collective with the failed one just wait it out.
-EXIT_GRACE_S = 1.0
+# Ranks blocked in a collective with the failed one are stopped by the coordinator and say
+# where in one line (a second on a loaded 2-core machine); a rank computing outside any
+# collective waits the grace out and is killed.
+EXIT_GRACE_S = 3.0
 
 
 def _let_exiting_ranks_finish(ranks: list[_Rank]) -> None:

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from phantom.launcher.forkserver import die_with_parent
+from phantom.launcher.lifetime import PARENT_PID_ENV
 
 # Line sink: (rank, "out" | "err", raw line) -> None
 Sink = Callable[[int, str, bytes], None]
@@ -46,12 +46,11 @@ def _rank_actor_class():
             self._proc: subprocess.Popen | None = None
 
         def run(self, rank: int, env: dict[str, str], lines) -> int:
-            full = dict(os.environ)
-            full.update(env)
+            # the rank dies with this actor, even if Ray kills it (launcher.lifetime)
+            full = {**os.environ, **env, PARENT_PID_ENV: str(os.getpid())}
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "phantom.launcher.bootstrap"], env=full,
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-                preexec_fn=die_with_parent)  # even if Ray kills the actor
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
             pumps = [threading.Thread(target=_pump_to_queue, args=(stream, rank, tag, lines))
                      for stream, tag in ((self._proc.stdout, "out"), (self._proc.stderr, "err"))]
             for p in pumps:
