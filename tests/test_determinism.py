@@ -57,3 +57,32 @@ def test_counted_host_time_repeats_a_recorded_profile_exactly(tmp_path):
     # host time is in these steps, not taken out: the counted runs differ from a run without it
     off = _run(tmp_path, "off", ["--host-time", "off"], GPT)
     assert off[1]["iterations"] != first[1]["iterations"]
+
+
+CLOCKS = """
+import time, torch
+a = torch.randn(1000, 999, device="cuda")
+marks = []
+for _ in range(5):
+    p0, w0 = time.perf_counter(), time.time()
+    b = (a @ a.T).relu().sum()
+    torch.cuda.synchronize()
+    marks.append((time.perf_counter() - p0, time.time() - w0))
+print(repr(marks))
+"""
+
+
+def test_the_scripts_own_clock_differences_repeat_to_the_last_bit(tmp_path):
+    """A float of ~1.8e9 s (time.time) is 238 ns coarse: the script's differences repeat only
+    if every run's clock origin rounds alike (interception/clock.py)."""
+    path = tmp_path / "clocks.py"
+    path.write_text(CLOCKS)
+    printed = []
+    for _ in range(2):
+        proc = run_phantom(["run", "--gpu", "H100", "--host-time", "off", str(path)], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        printed.append(proc.stdout.strip().splitlines()[-1])
+    assert printed[0] == printed[1]
+    marks = eval(printed[0])  # a list of float pairs
+    # the two clocks measure the same simulated interval, time.time at its coarser grain
+    assert all(abs(perf - wall) < 1e-6 for perf, wall in marks)

@@ -1,8 +1,13 @@
 """Python's clocks, answered from the simulated host clock.
 
-`time.perf_counter[_ns]` and `time.time[_ns]` return simulated time, offset so that they
-continue from the real clock at the moment the simulation started (timestamps in logs look
-normal). The main thread sees simulated time, and so does a thread running a backward pass
+`time.perf_counter[_ns]` and `time.time[_ns]` return simulated time, offset by an origin:
+`time.time` continues from the real wall clock's whole second at the moment the simulation
+started (timestamps in logs look normal), `time.perf_counter`, whose reference point Python
+leaves undefined, from a fixed one. Both origins are whole seconds so that the same run gives
+the same float differences: a float of ~1.8e9 s is 238 ns coarse, and where it rounds a
+script's `t1 - t0` depends on the origin's digits below its whole seconds. Whole-second
+origins round every run's differences alike (all of them share one binade, 2^30-2^31 s, for
+`time.time`; one fixed value for `time.perf_counter`). The main thread sees simulated time, and so does a thread running a backward pass
 (autograd's engine runs a CUDA graph's backward on its own device thread, hooks included, while
 the main thread waits in `.backward()`: its host time is the simulated host's, as on a GPU
 machine). Other threads (data loaders, progress bars, watchdogs) keep real clocks, since their
@@ -47,9 +52,13 @@ def simulated_thread() -> bool:
     return threading.get_ident() == _MAIN_THREAD or _graph_task() != -1
 
 
+# time.perf_counter's simulated origin: a plausible uptime (one day), the same in every run.
+PERF_COUNTER_ORIGIN_NS = 86_400 * 10**9
+
+
 def install(sim: "Simulation") -> None:
-    perf_origin_ns = REAL_PERF_COUNTER_NS()
-    wall_origin_ns = REAL_TIME_NS()
+    perf_origin_ns = PERF_COUNTER_ORIGIN_NS
+    wall_origin_ns = REAL_TIME_NS() // 10**9 * 10**9  # whole seconds: see the module docstring
     real_perf_counter = time.perf_counter
     real_time = time.time
 
