@@ -154,7 +154,7 @@ BAD_GPUS = {
     # --gpu takes a preset's name; a file's path is not one
     "gpu_option": (["--gpu", "my_gpu.toml"], "--gpu: unknown GPU 'my_gpu.toml'; known GPUs: H100"),
     # a kernel database is the measured spec of a GPU's kernels (--db)
-    "db_not_json": (["--db", "kernels.json"], "kernels.json"),
+    "db_not_json": (["--db", "kernels.json"], "--db: kernels.json: not JSON"),
 }
 
 
