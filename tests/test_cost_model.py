@@ -22,6 +22,8 @@ from phantom.cost.roofline import (
 )
 from phantom.hardware import get_gpu
 
+from measured import measured_rows, sweep_rows
+
 aten = torch.ops.aten
 BF16 = torch.bfloat16
 META = "meta"
@@ -40,14 +42,6 @@ def est(model: RooflineCostModel, op, *args, **kwargs) -> KernelCost | None:
     """Run the op on meta tensors for its output, then estimate it as the simulator would."""
     out = op(*args, **kwargs)
     return model.estimate(op, args, kwargs, out)
-
-
-def sweep_rows(name: str) -> list[dict]:
-    """The rows of a kernel sweep file in bench/kernels/results/."""
-    import json
-    from pathlib import Path
-
-    return json.loads((Path(__file__).parents[1] / "bench/kernels/results" / name).read_text())["rows"]
 
 
 def norm_input(p: dict, dtype: str) -> torch.Tensor:
@@ -200,8 +194,8 @@ def test_big_bf16_gemm_near_measured_peak_fraction(h100):
     # Measured on an H100 (bench/kernels/results/kernels_H100.json): 734 TFLOP/s at 8192^3 (989
     # peak), 737-798 in other sweeps. The fitted model reproduces its own rows, so the check is
     # on the prediction with this shape's residual left out.
-    row = next(r for r in sweep_rows("kernels_H100.json") if r["op"] == "mm" and r["dtype"] == "bf16"
-               and (r["params"]["M"], r["params"]["N"], r["params"]["K"]) == (n, n, n))
+    row = next(r for r in measured_rows("H100", "mm", "bf16")
+               if (r["params"]["M"], r["params"]["N"], r["params"]["K"]) == (n, n, n))
     achieved = c.flops / held_out_gemm_ns("H100", row) / 1e3
     assert 0.65 * 989.4 < achieved < 0.85 * 989.4
 

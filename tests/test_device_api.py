@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from measured import measured_rows
+
 
 def _values(stdout: str) -> dict[str, str]:
     """Parse `key=value` lines the scripts print."""
@@ -99,7 +101,7 @@ def test_cpp_reads_a_fake_tensors_device_without_calling_into_python(run_script)
 
 
 def test_simulated_time_matches_gpu_speed(run_script):
-    """An 8192^3 bf16 GEMM takes ~1.4 ms on H100 and ~3.5x longer on A100; the host runs
+    """An 8192^3 bf16 GEMM takes ~1.5 ms on H100 and ~2.8x longer on A100; the host runs
     ahead of the GPU until synchronize; events and perf_counter agree."""
     text = """
         import time, torch
@@ -128,7 +130,14 @@ def test_simulated_time_matches_gpu_speed(run_script):
     assert 1.1 < per_gemm_ms < 2.2  # 1.1 TFLOP at 500-990 TFLOP/s
     assert h100["launch_ms"] < 0.5 * h100["total_ms"]  # asynchronous launches
     assert h100["total_ms"] == pytest.approx(h100["event_ms"], rel=0.2)
-    assert 2.5 < results["A100"]["event_ms"] / h100["event_ms"] < 4.5
+    # The A100 against the H100. Top: the bf16 tensor-core peaks' ratio, 989.4 / 312 = 3.17
+    # (the A100, unthrottled at 400 W, reaches no smaller fraction of its peak than the H100's
+    # 0.74 here). Bottom: the H100's measured rate for this shape (734 TFLOP/s, kernels_H100.json)
+    # over the A100's whole peak, 2.35: faster than that the A100 cannot be. A GEMM 2x slower on
+    # either GPU leaves the band.
+    row = next(r for r in measured_rows("H100", "mm", "bf16")
+               if (r["params"]["M"], r["params"]["N"], r["params"]["K"]) == (8192, 8192, 8192))
+    assert row["tflops"] / 312 < results["A100"]["event_ms"] / h100["event_ms"] < 989.4 / 312
 
 
 def test_backward_hooks_read_the_simulated_clock(run_script):
@@ -453,8 +462,11 @@ def test_a_compiled_training_step_runs_inductors_kernels(run_script):
     # With the host left out the two steps differ only in GPU work (0.915 of eager here), so
     # the margin no longer rides on this machine's load. Both run the same GEMMs, 3 x 2 x 2 x
     # 131072 x 1024 x 4096 flops, which no step beats at the fastest rate the H100 measured
-    # for large GEMMs (776 TFLOP/s in kernels_H100.json, at the burst clock: / 0.912).
-    gemm_ms = 3 * 2 * 2 * 131072 * 1024 * 4096 / (776e12 / 0.912) * 1e3
+    # for aligned bf16 GEMMs (795.4 TFLOP/s at 50257 x 768 x 8192 in kernels_H100.json), taken
+    # to the burst clock (/ 0.912).
+    fastest = max(r["tflops"] for r in measured_rows("H100", "mm", "bf16"))
+    assert round(fastest, 1) == 795.4
+    gemm_ms = 3 * 2 * 2 * 131072 * 1024 * 4096 / (fastest * 1e12 / 0.912) * 1e3
     assert gemm_ms < float(v["compiled"]) < 0.95 * float(v["eager"])
     assert "eagerly" not in proc.stderr
 
@@ -484,7 +496,7 @@ def test_a_compiled_function_under_no_grad_runs_as_one_fused_kernel(run_script):
     eager, compiled = float(v["eager"].split()[0]), float(v["compiled"].split()[0])
     # One kernel moving y in and the product out: 176 MB. No faster than the H200's 4.8 TB/s
     # datasheet bandwidth; no slower than the slowest rate the H200 measured for elementwise
-    # kernels of 100-800 MB (gelu, 3.0 TB/s; silu and mul 3.8-4.4: bench/kernels/results/
+    # kernels of 100-800 MB (gelu, 3.0 TB/s; silu and mul 3.78-4.24: bench/kernels/results/
     # kernels_H200.json), less 10% for a generated kernel: 65 us. Eager runs silu and mul apart
     # (silu: 59 MB in and out, mul: two in, one out: 293 MB).
     nbytes = 2048 * 28672 * 2 + 2048 * 14336 * 2

@@ -14,6 +14,7 @@ import statistics
 import pytest
 
 from conftest import REPO, run_phantom
+from measured import measured_rows
 
 pytest.importorskip("megatron.core", reason="megatron-core is not installed (pip install -e '.[megatron]')")
 
@@ -37,14 +38,13 @@ def _train(nproc: int, *args: str, gpu: str = "H100", timeout: int = 300, report
 # is per op, not per flop), at shapes whose GEMMs the H100's kernel sweep measured.
 WIDE = ("--hidden-size", "4096", "--num-attention-heads", "32", "--ffn-hidden-size", "8192",
         "--seq-length", "2048", "--core-attention", "sdpa")
-KERNELS_H100 = REPO / "bench/kernels/results/kernels_H100.json"  # 1 x H100 80GB HBM3, torch 2.11
 
 
 def measured_gemm_tflops(low: int, high: int) -> list[float]:
-    """TFLOP/s of the H100's measured aligned bf16 GEMMs with every dimension in [low, high]."""
-    rows = json.loads(KERNELS_H100.read_text())["rows"]
-    return [r["tflops"] for r in rows if r["op"] == "mm" and r["dtype"] == "bf16"
-            and r["params"].get("tag") != "unaligned" and all(low <= r["params"][d] <= high for d in "MNK")]
+    """TFLOP/s of the H100's measured aligned bf16 GEMMs (kernels_H100.json: 1 x H100 80GB HBM3,
+    torch 2.11) with every dimension in [low, high]."""
+    return [r["tflops"] for r in measured_rows("H100", "mm", "bf16")
+            if all(low <= r["params"][d] <= high for d in "MNK")]
 
 
 def test_tp2_pp2_on_four_ranks(tmp_path):
