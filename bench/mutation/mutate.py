@@ -36,38 +36,43 @@ RESULTS = Path(__file__).with_name("results.json")
 class Mutation:
     name: str
     description: str
-    path: str
-    """File the mutation edits, relative to the repository root."""
-    edits: tuple[tuple[str, str], ...]
-    """(text, replacement) pairs: each text must occur exactly once in the file."""
+    edits: tuple[tuple[str, str, str], ...]
+    """(file relative to the repository root, text, replacement): each text must occur exactly
+    once in its file."""
     tests: tuple[str, ...]
-    """The tests run by default: the mutated module's unit tests and the end-to-end tests that
-    assert on what it decides (step times, collective times, memory, host time)."""
+    """The tests run by default: the mutated modules' unit tests and the end-to-end tests that
+    assert on what they decide (step times, collective times, memory, host time)."""
 
 
 MUTATIONS = (
-    Mutation("gemm", "the roofline's GEMM efficiency halved (GEMMs the database lacks take 2x)",
-             "phantom/cost/roofline.py",
-             (("    return (curve.eff_max * gemm_wave_factor(",
-               "    return 0.5 * (curve.eff_max * gemm_wave_factor("),),
-             ("tests/test_cost_model.py", "tests/test_db.py", "tests/test_examples.py")),
+    Mutation("gemm", "every GEMM takes 2x: the roofline's GEMM efficiency halved and the kernel "
+                     "database's GEMM rows doubled",
+             (("phantom/cost/roofline.py", "    return (curve.eff_max * gemm_wave_factor(",
+               "    return 0.5 * (curve.eff_max * gemm_wave_factor("),
+              ("phantom/cost/dbmodel.py", "            cost = replace(cost, gpu_ns=ns, source=DB_SOURCE)",
+               "            cost = replace(cost, gpu_ns=ns * (2 if cost.op_class == 'gemm' else 1), "
+               "source=DB_SOURCE)")),
+             ("tests/test_cost_model.py", "tests/test_db.py", "tests/test_examples.py",
+              "tests/test_deepspeed.py", "tests/test_megatron.py", "tests/test_torchtitan.py")),
     Mutation("network", "NVLink and NIC bandwidth doubled",
-             "phantom/network/cluster.py",
-             (("return get_gpu(self.gpu).nvlink_gbps if n is None else n",
+             (("phantom/network/cluster.py", "return get_gpu(self.gpu).nvlink_gbps if n is None else n",
                "return 2 * (get_gpu(self.gpu).nvlink_gbps if n is None else n)"),
-              ("return self.inter_node.nic_gbit / 8.0", "return self.inter_node.nic_gbit / 4.0")),
-             ("tests/test_network.py", "tests/test_network_measured.py", "tests/test_distributed.py")),
+              ("phantom/network/cluster.py", "return self.inter_node.nic_gbit / 8.0",
+               "return self.inter_node.nic_gbit / 4.0")),
+             ("tests/test_network.py", "tests/test_network_measured.py", "tests/test_distributed.py",
+              "tests/test_deepspeed.py")),
     Mutation("allocator", "the caching allocator rounds requests to 1 KiB instead of 512 B",
-             "phantom/memory/allocator.py",
-             (("    return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)",
+             (("phantom/memory/allocator.py",
+               "    return K_MIN_BLOCK_SIZE * ((size + K_MIN_BLOCK_SIZE - 1) // K_MIN_BLOCK_SIZE)",
                "    return 1024 * ((size + 1023) // 1024)"),),
-             ("tests/test_allocator.py", "tests/test_report_memory.py")),
+             ("tests/test_allocator.py", "tests/test_report_memory.py", "tests/test_examples.py")),
     Mutation("host", "measured host time scaled by 2 (the machine-to-node ratio doubled)",
-             "phantom/host/account.py",
-             (("self.ratio = machine.ratio(self.gpu.host_probe_ns * self.gpu.host_mean_slowdown)",
+             (("phantom/host/account.py",
+               "self.ratio = machine.ratio(self.gpu.host_probe_ns * self.gpu.host_mean_slowdown)",
                "self.ratio = 2 * machine.ratio(self.gpu.host_probe_ns * self.gpu.host_mean_slowdown)"),),
-             ("tests/test_host.py", "tests/test_cuda_graphs.py")),
+             ("tests/test_host.py", "tests/test_cuda_graphs.py", "tests/test_examples.py")),
 )
+
 
 def copy_tree(dest: Path) -> None:
     """The working tree as git sees it (tracked and untracked, ignored files left out)."""
@@ -81,14 +86,13 @@ def copy_tree(dest: Path) -> None:
 
 
 def apply(mutation: Mutation, tree: Path) -> None:
-    path = tree / mutation.path
-    text = path.read_text()
-    for old, new in mutation.edits:
+    for name, old, new in mutation.edits:
+        path = tree / name
+        text = path.read_text()
         if text.count(old) != 1:
-            raise SystemExit(f"mutate: {mutation.path} holds {text.count(old)} copies of {old!r}, "
+            raise SystemExit(f"mutate: {name} holds {text.count(old)} copies of {old!r}, "
                              f"expected one: update mutation {mutation.name!r} to the code")
-        text = text.replace(old, new)
-    path.write_text(text)
+        path.write_text(text.replace(old, new))
 
 
 def run_tests(tree: Path, tests: list[str], seed: Path, label: str) -> dict[str, str]:
@@ -128,7 +132,7 @@ def main() -> None:
     results = {"date": datetime.date.today().isoformat(), "commit": commit + ("+changes" if dirty else ""),
                "cpu": cpu_model(), "cpus": os.cpu_count(),
                "python": platform.python_version(), "torch": torch.__version__,
-               "command": "python bench/mutation/mutate.py " + " ".join(sys.argv[1:]), "mutations": []}
+               "command": " ".join(["python bench/mutation/mutate.py", *sys.argv[1:]]), "mutations": []}
     chosen = [m for m in MUTATIONS if m.name in args.mutations]
     tests = {m.name: args.tests or list(m.tests) for m in chosen}
     union = args.tests or sorted({t for m in chosen for t in m.tests})
@@ -146,7 +150,8 @@ def main() -> None:
             caught = sorted(t for t, outcome in outcomes.items() if outcome == "failed" and t not in broken)
             print(f"mutate: {mutation.name}: caught by {len(caught)} of {len(outcomes)} tests", flush=True)
             results["mutations"].append({"name": mutation.name, "description": mutation.description,
-                                         "path": mutation.path, "tests_run": tests[mutation.name],
+                                         "files": sorted({name for name, _, _ in mutation.edits}),
+                                         "tests_run": tests[mutation.name],
                                          "tests": len(outcomes), "caught_by": caught})
     shutil.rmtree(seed, ignore_errors=True)
     args.out.write_text(json.dumps(results, indent=1) + "\n")
