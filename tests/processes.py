@@ -52,10 +52,15 @@ def leftovers(marker: Path) -> list[str]:
 
 
 def assert_no_leftovers(marker: Path) -> None:
+    """Nothing of the run started in `marker` is alive; what is, is killed before failing."""
     deadline = time.monotonic() + 5  # a killed process may take a moment to leave the table
     while leftovers(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert leftovers(marker) == []
+    left = leftovers(marker)
+    for line in left:
+        with contextlib.suppress(OSError):
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+    assert left == []
 
 
 def kill_run(proc: subprocess.Popen, marker: Path) -> None:
