@@ -7,7 +7,9 @@ leaves undefined, from a fixed one. Both origins are whole seconds so that the s
 the same float differences: a float of ~1.8e9 s is 238 ns coarse, and where it rounds a
 script's `t1 - t0` depends on the origin's digits below its whole seconds. Whole-second
 origins round every run's differences alike (all of them share one binade, 2^30-2^31 s, for
-`time.time`; one fixed value for `time.perf_counter`). The main thread sees simulated time, and so does a thread running a backward pass
+`time.time`; one fixed value for `time.perf_counter`).
+
+The main thread sees simulated time, and so does a thread running a backward pass
 (autograd's engine runs a CUDA graph's backward on its own device thread, hooks included, while
 the main thread waits in `.backward()`: its host time is the simulated host's, as on a GPU
 machine). Other threads (data loaders, progress bars, watchdogs) keep real clocks, since their

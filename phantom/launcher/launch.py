@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Callable
 
 from phantom.config import ENV_VAR, RunConfig
-from phantom.launcher.lifetime import PARENT_PID_ENV
+from phantom.launcher.lifetime import started_by_me
 
 BOOTSTRAP = [sys.executable, "-m", "phantom.launcher.bootstrap"]
 LOG_TAIL_LINES = 40
@@ -246,11 +246,6 @@ def _pump(stream, sink, prefix: str, log) -> None:
     stream.close()
 
 
-def _with_parent(env: dict) -> dict:
-    """A rank's environment, naming this process as the one it dies with (launcher.lifetime)."""
-    return {**env, PARENT_PID_ENV: str(os.getpid())}
-
-
 def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) -> _Rank:
     shown = config.tee == "all" or rank == 0
     log_path = log_dir / f"rank{rank}.log"
@@ -260,7 +255,7 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) 
             sys.stdout.flush()
             sys.stderr.flush()
             return _Rank(rank, server.start(rank, env, 1, 2), None)
-        proc = subprocess.Popen(BOOTSTRAP, env=_with_parent(env), start_new_session=True)
+        proc = subprocess.Popen(BOOTSTRAP, env=started_by_me(env), start_new_session=True)
         return _Rank(rank, proc, None)
     if server is not None:
         (out_r, out_w), (err_r, err_w) = os.pipe(), os.pipe()
@@ -269,7 +264,7 @@ def _start_rank(config: RunConfig, rank: int, env: dict, log_dir: Path, server) 
         os.close(err_w)
         streams = (os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
     else:
-        proc = subprocess.Popen(BOOTSTRAP, env=_with_parent(env), start_new_session=True,
+        proc = subprocess.Popen(BOOTSTRAP, env=started_by_me(env), start_new_session=True,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         streams = (proc.stdout, proc.stderr)
     r = _Rank(rank, proc, log_path)

@@ -33,6 +33,12 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def started_by_me(env: dict[str, str]) -> dict[str, str]:
+    """The environment for a rank this process starts as a new program: it names this process
+    as the one the rank dies with (die_with_starter)."""
+    return {**env, PARENT_PID_ENV: str(os.getpid())}
+
+
 def die_with_starter() -> None:
     """die_with_parent for a rank started as a new program, whose parent named itself in
     PARENT_PID_ENV (a forked rank calls die_with_parent directly)."""

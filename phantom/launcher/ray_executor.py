@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable
 
-from phantom.launcher.lifetime import PARENT_PID_ENV
+from phantom.launcher.lifetime import started_by_me
 
 # Line sink: (rank, "out" | "err", raw line) -> None
 Sink = Callable[[int, str, bytes], None]
@@ -47,7 +47,7 @@ def _rank_actor_class():
 
         def run(self, rank: int, env: dict[str, str], lines) -> int:
             # the rank dies with this actor, even if Ray kills it (launcher.lifetime)
-            full = {**os.environ, **env, PARENT_PID_ENV: str(os.getpid())}
+            full = started_by_me({**os.environ, **env})
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "phantom.launcher.bootstrap"], env=full,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
