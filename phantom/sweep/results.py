@@ -197,16 +197,25 @@ def _gib(n: int | None) -> str:
     return "-" if n is None else f"{n / GIB:.1f}"
 
 
+def size_text(n: int | None) -> str:
+    """A byte count for a sentence: GiB from 1 GiB up, else MiB."""
+    if n is None:
+        return "-"
+    return f"{n / GIB:.1f} GiB" if n >= GIB else f"{n / 2**20:.0f} MiB"
+
+
 def table(outcome: SweepOutcome, limit: int | None = None) -> str:
     """The ranked table as text: one row per point, best first."""
     names = list(outcome.results[0].values) if outcome.results else []
+    fixed = {n for n in names if len({repr(r.values.get(n)) for r in outcome.results}) == 1}
+    names = [n for n in names if n not in fixed]
     head = ["#", *names, "tok/s/GPU", "MFU", "iter ms", "peak GiB", "headroom", "status"]
     rows = []
     shown = outcome.results if limit is None else outcome.results[:limit]
     for i, r in enumerate(shown, 1):
         status = r.status
         if r.status == "oom":
-            status = f"OOM, short >= {_gib(r.shortfall_bytes)} GiB"
+            status = f"OOM, short >= {size_text(r.shortfall_bytes)}"
         elif r.status == "stopped":
             status = "stopped (dominated)"
         elif r.cached:
@@ -218,7 +227,8 @@ def table(outcome: SweepOutcome, limit: int | None = None) -> str:
                      _gib(r.peak_reserved_bytes), _gib(r.headroom_bytes), status])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(head)]
-    lines = ["  ".join(h.rjust(w) for h, w in zip(head, widths)),
+    lines = [f"the same in every point: {', '.join(f'{n}={outcome.results[0].values[n]}' for n in sorted(fixed))}"] if fixed and len(outcome.results) > 1 else []
+    lines += ["  ".join(h.rjust(w) for h, w in zip(head, widths)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]
     if limit is not None and len(outcome.results) > limit:
