@@ -109,6 +109,12 @@ def read_cuda_graphs(native: dict) -> dict[str, float]:
     return {r["name"]: r["ms"] for r in native["lines"] if r.get("kind") == "step" and r.get("ms")}
 
 
+def read_sweep(native: dict) -> dict[str, float]:
+    """Tokens/s per GPU of each point of the sweep spec (a point that did not finish: 0, ranking
+    last)."""
+    return {label: row.get("tokens_per_s_per_gpu") or 0.0 for label, row in native["rows"].items()}
+
+
 def read_workloads(native: dict) -> dict[str, float]:
     if "runs" in native:
         return {r["workload"]: r["summary"]["median_iter_ms"] for r in native["runs"] if r.get("summary")}
@@ -202,6 +208,20 @@ SUITES = [
                                            "float8-tensorwise-compile,float8-rowwise-compile,float8-rowwise-gw-hp-compile,"
                                            "float8-tensorwise-eager"], [])],
           sim_out="prefix", row_label="workload"),
+    Suite("sweep", "Layout ranking", "`phantom sweep` over the points of a sweep spec against the same points run "
+          "for real: GPT 1B at batch 2, 8, 16 with and without activation checkpointing on one GPU "
+          "(examples/sweeps/gpt_1b_h200.toml), torchtitan's trainer on 5 of Llama 3.1 8B's blocks at local "
+          "batch 1, 2, 4 with each activation-checkpointing mode on one "
+          "(examples/sweeps/torchtitan_8b_5layers_h200.toml), DDP, FSDP2, TP and PP on two "
+          "(examples/sweeps/dist_train_2gpu.toml, the distributed suite's runs); tokens/s per GPU, and "
+          "how well the sweep orders the points (Kendall's tau, the real best point's place).", "sweep.py",
+          read_sweep, [Setup("h200", "H200", ["--spec", "examples/sweeps/gpt_1b_h200.toml"],
+                             ["--spec", "examples/sweeps/gpt_1b_h200.toml"]),
+                       Setup("h200-torchtitan", "H200", ["--spec", "examples/sweeps/torchtitan_8b_5layers_h200.toml"],
+                             ["--spec", "examples/sweeps/torchtitan_8b_5layers_h200.toml"]),
+                       Setup("h200x2", "H200", ["--spec", "examples/sweeps/dist_train_2gpu.toml"],
+                             ["--spec", "examples/sweeps/dist_train_2gpu.toml"])],
+          metric="tokens/s per GPU", sim_needs_real=False, row_label="point"),
     Suite("cuda_graphs", "CUDA graphs and torch.compile", "A small GPT (4 layers, width 512, bf16, 256 tokens) at "
           "batch 2 (host-bound) and 16, training and inference steps: eager, captured whole in a CUDA graph, "
           "through make_graphed_callables, and compiled with and without mode=\"reduce-overhead\".",
@@ -473,6 +493,42 @@ def errors(suite: Suite, rows: list[Row]) -> tuple[list[float], list[float]]:
     return [statistics.mean(abs(r.error_pct()) for r in g) for g in groups], points
 
 
+def kendall_tau_b(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-b of paired values: +1 the same order, -1 reversed (ties on one side count
+    as neither)."""
+    concordant = discordant = ties_a = ties_b = 0
+    for i in range(len(a)):
+        for j in range(i + 1, len(a)):
+            da, db = a[i] - a[j], b[i] - b[j]
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif (da > 0) == (db > 0):
+                concordant += 1
+            else:
+                discordant += 1
+    denom = ((concordant + discordant + ties_a) * (concordant + discordant + ties_b)) ** 0.5
+    return (concordant - discordant) / denom if denom else 0.0
+
+
+def ranking_lines(rows: list[Row]) -> list[str]:
+    """How a sweep orders its points against the real order (higher is better)."""
+    both = [r for r in rows if r.real and r.sim]
+    if len(both) < 2:
+        return []
+    real = [statistics.median(r.real) for r in both]
+    sim = [statistics.median(r.sim) for r in both]
+    real_best = max(range(len(both)), key=lambda i: real[i])
+    sim_best = max(range(len(both)), key=lambda i: sim[i])
+    short = 100 * (1 - real[sim_best] / real[real_best])
+    return [f"Ranking over {len(both)} points: Kendall's tau {kendall_tau_b(real, sim):.2f}; the real best "
+            f"`{both[real_best].name}`, the sweep's best `{both[sim_best].name}`"
+            + ("." if sim_best == real_best else f", {short:.1f}% below the real best for real.")]
+
+
 def compare_lines(suite: Suite, setup: Setup) -> list[str]:
     real, sim = setup_files(suite, setup)
     rows = pool(real, sim)
@@ -486,6 +542,8 @@ def compare_lines(suite: Suite, setup: Setup) -> list[str]:
         floor = f"{least_error_pct(r.real):.1f}%" if len(r.real) > 1 else "-"
         lines.append(f"| {r.name} | {_fmt(r.real)} | {_fmt(r.sim)} | {'-' if e is None else f'{e:+.1f}%'} | "
                      f"{floor} | {reproduce(suite, setup, r.name)} |")
+    if suite.name == "sweep":
+        lines += [""] + ranking_lines(rows)
     return lines
 
 
@@ -505,7 +563,7 @@ def collectives_lines(rows: list[Row], setup: Setup) -> list[str]:
 def reproduce(suite: Suite, setup: Setup, row: str) -> str:
     """The command that re-runs one row's phantom side (the suite's own row filter after --)."""
     only = {"workloads": "--only", "nonllm": "--only", "host_bound": "--only", "collectives": None,
-            "cuda_graphs": "--only"}.get(suite.name, "--configs")
+            "cuda_graphs": "--only", "sweep": None}.get(suite.name, "--configs")
     name = row.split(" x")[0] if suite.name == "nonllm" else row
     if suite.name == "cuda_graphs":
         name = row.split("_")[0]  # the script's row groups: train, infer
