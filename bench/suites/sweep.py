@@ -58,13 +58,15 @@ def cmd_real(args: argparse.Namespace) -> None:
     spec.world_size = spec.nproc_per_node = max(1, nproc)
     tokens_tree = expr.parse(spec.tokens_per_iteration)
     rows = {}
-    valid, _ = points(spec)
+    valid = [p for p in points(spec)[0] if not args.only or any(o in p.label() for o in args.only)]
     with tempfile.TemporaryDirectory() as tmp:
         for point in valid:
             run = point_run(spec, point, Path(tmp))
-            args = run.run_args
-            target = args[args.index("--") + 1:] if "--" in args else args[args.index("-m"):]
-            launcher = ["torchrun", "--nproc-per-node", str(nproc)] if nproc else [sys.executable]
+            given = run.run_args
+            target = given[given.index("--") + 1:] if "--" in given else given[given.index("-m"):]
+            if target[:2] == ["-m", "torchtitan.train"]:  # with the torch-version patches phantom applies too
+                target = ["bench/suites/torchtitan_entry.py", *target[2:]]
+            launcher = ["torchrun", "--standalone", "--nproc-per-node", str(nproc)] if nproc else [sys.executable]
             proc = subprocess.run(launcher + target, cwd=REPO, capture_output=True, text=True)
             tokens = expr.evaluate(tokens_tree, cluster_names(spec) | point.as_dict())
             row = {"label": point.label(), "exit_code": proc.returncode}
@@ -72,7 +74,7 @@ def cmd_real(args: argparse.Namespace) -> None:
             if ms is not None:
                 row |= {"iteration_ms": ms, "tokens_per_s_per_gpu": tokens / (ms / 1e3) / spec.world_size}
             else:
-                row["error"] = (proc.stderr or proc.stdout)[-1500:]
+                row["error"] = (proc.stderr or proc.stdout)[-6000:]
             rows[point.label()] = row
             print(json.dumps(row), flush=True)
     Path(args.out).write_text(json.dumps({"spec": str(args.spec), "rows": rows}, indent=1) + "\n")
@@ -120,6 +122,7 @@ def main() -> None:
     real = sub.add_parser("real")
     real.add_argument("--spec", required=True)
     real.add_argument("--out", required=True)
+    real.add_argument("--only", nargs="+", help="the points whose label holds one of these")
     sim = sub.add_parser("sim")
     sim.add_argument("--spec", required=True)
     sim.add_argument("--json", required=True)
