@@ -10,6 +10,7 @@ from pathlib import Path
 
 from phantom.hardware.gpus import list_gpus
 from phantom.launcher import launch
+from phantom.launcher.lifetime import die_with_starter
 from phantom.launcher.args import RUN_OPTIONS_WITH_VALUE, UsageError, parse_run_args, run_parser
 
 
@@ -45,6 +46,7 @@ USAGE = """usage: phantom <command> [options]
 
 commands:
   run       run a PyTorch training script on a simulated GPU
+  sweep     run a script at many parallel layouts and rank them (docs/sweep.md)
   calibrate measure this machine once for measured host time (docs/host-time.md)
   deepspeed run a DeepSpeed script with the `deepspeed` launcher's arguments (--num_gpus, --hostfile)
   gpus      list the GPU presets and their specs
@@ -109,12 +111,17 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    die_with_starter()  # a `phantom sweep` point ends with the sweep (or Ray worker) that started it
     try:
         if command == "run":
             if rest and rest[0] in ("-h", "--help"):
                 run_parser().print_help()
                 return 0
             return launch(parse_run_args(rest))
+        if command == "sweep":
+            from phantom.sweep.cli import main as sweep_main
+
+            return sweep_main(rest)
         if command == "deepspeed":
             return _deepspeed(rest)
         if command == "calibrate":

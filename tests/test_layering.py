@@ -17,6 +17,7 @@ PHANTOM = Path(__file__).resolve().parents[1] / "phantom"
 # phantom/) on it. "phantom" is the root package itself (its version string).
 LAYERS: list[set[str]] = [
     {"commands"},
+    {"sweep"},
     {"launcher"},
     {"report"},
     {"adapters"},
@@ -30,7 +31,7 @@ LAYERS: list[set[str]] = [
 ]
 # The command-line front ends sit on top wherever they live: each parses arguments and calls
 # into the layers below (phantom profile launches a run, phantom db rebuilds ops).
-COMMANDS = {"phantom.cli", "phantom.report.cli", "phantom.cost.dbcli", "phantom.cost.profile.cli"}
+COMMANDS = {"phantom.cli", "phantom.sweep.cli", "phantom.report.cli", "phantom.cost.dbcli", "phantom.cost.profile.cli"}
 
 
 def package_of(module: str) -> str:

@@ -90,6 +90,8 @@ def build_report(sim: "Simulation", config: "RunConfig", exit_code: int,
             "ops_intercepted": sim.ops_intercepted,
             "data_reads": sim.data_reads,
             "first_data_read": sim.first_data_read,
+            "stopped": sim.stopped,
+            "stopped_above_ms": sim.stopped_above_ms,
             "wall_seconds": wall_seconds,
             "setup_wall_seconds": setup_s,
             # Interception throughput, from the first simulated op on (excludes imports).

@@ -48,6 +48,9 @@ class SimOptions:
     shipped_db: bool
     """RunConfig.shipped_db: use the kernel database shipped for this GPU."""
 
+    stop_above_ms: float | None
+    """RunConfig.stop_above_ms: end the run after a later iteration slower than this."""
+
     @classmethod
     def for_run(cls, config: RunConfig, gpu: GPUSpec, rank: int = 0) -> SimOptions:
         """The options of rank `rank` of the run `config` describes, on `gpu`."""
@@ -56,4 +59,5 @@ class SimOptions:
                    host_profile=config.host_profile, save_host_profile=config.save_host_profile,
                    quiet=config.quiet or rank != 0,
                    rank_spread=config.rank_spread, db_paths=config.db_paths,
-                   record_ops=config.record_path is not None, shipped_db=config.shipped_db)
+                   record_ops=config.record_path is not None, shipped_db=config.shipped_db,
+                   stop_above_ms=config.stop_above_ms if rank == 0 else None)

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from phantom.cost import KernelCost
+from phantom.errors import RunStopped
 from phantom.cost.dbmodel import make_cost_model
 from phantom.engine import Timeline
 from phantom.engine.fusion import FUSABLE_CLASSES
@@ -72,6 +73,8 @@ class Simulation:
         self.ops_intercepted = 0
         self.data_reads = 0
         self.first_data_read: str | None = None  # where the script first read a device value
+        self.stopped: str | None = None  # why --stop-above-ms ended the run
+        self.stopped_above_ms: float | None = None  # the iteration time it had passed
         self.wall_start_ns = REAL_NS()
         self.first_op_wall_ns: int | None = None
         self.comm = None  # phantom.distributed.comm.RankComm in a distributed run
@@ -169,6 +172,8 @@ class Simulation:
         if self.recorder is not None:
             self.recorder.kernel(name, cost.op_class, cost.source, stream_id, start, end, h0,
                                  self.timeline.host_ns, args)
+        if self.options.stop_above_ms is not None:
+            self._check_running_iteration(end)
         stats = self.op_stats[name]
         stats.calls += 1
         stats.gpu_ns += cost.gpu_ns
@@ -209,6 +214,31 @@ class Simulation:
         if self.recorder is not None:
             self.recorder.on_iteration(optimizer, self.iterations[-1].gpu_done_ns)
         host.end_op()
+        self._check_iteration_bound()
+
+    def _check_iteration_bound(self) -> None:
+        """--stop-above-ms: an iteration after the first slower than the bound ends the run."""
+        bound, its = self.options.stop_above_ms, self.iterations
+        if bound is None or len(its) < 2:
+            return
+        ms = (its[-1].gpu_done_ns - its[-2].gpu_done_ns) / 1e6
+        if ms > bound:
+            self._stop(f"iteration {len(its) - 1} took {ms:.2f} ms", ms)
+
+    def _check_running_iteration(self, kernel_end_ns: float) -> None:
+        """--stop-above-ms within an iteration after the first: it ends no earlier than the
+        kernel just queued, so once that is past the bound the iteration is too."""
+        its = self.iterations
+        if not its:
+            return
+        ms = (kernel_end_ns - its[-1].gpu_done_ns) / 1e6
+        if ms > self.options.stop_above_ms:
+            self._stop(f"iteration {len(its)} took more than {ms:.2f} ms", ms)
+
+    def _stop(self, what: str, ms: float) -> None:
+        self.stopped = f"{what}, over --stop-above-ms {self.options.stop_above_ms:g}"
+        self.stopped_above_ms = ms
+        raise RunStopped(f"phantom: run stopped: {self.stopped}")
 
     def _share_steady_gaps(self) -> None:
         """Charge the next iteration's steady gaps at what this rank's class leader measured

@@ -17,7 +17,8 @@ from pathlib import Path
 from phantom.sweep import frameworks
 from phantom.sweep.results import table
 from phantom.sweep.runner import Runner, SweepOptions, SweepRunError
-from phantom.sweep.spec import Parameter, SweepSpec, SweepSpecError, load_spec, points, resolve
+from phantom.sweep.spec import (Parameter, SweepSpec, SweepSpecError, load_spec, points, resolve,
+                                resolve_cluster)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -49,11 +50,12 @@ def parser() -> argparse.ArgumentParser:
                    help="local: here; ray: as Ray tasks (the script at the same path on "
                         "every node)")
     p.add_argument("--ray-address", help="the Ray cluster to join (implies --executor ray)")
-    p.add_argument("--host-time", choices=("counted", "off", "measured"), default="counted",
-                   help="counted (default): host time from one measured profile, the same for "
-                        "every point and every rerun; off: GPU time only")
+    p.add_argument("--host-time", choices=("counted", "off"), default="counted",
+                   help="counted (default): each point's host time measured on its first run "
+                        "and replayed from then on; off: GPU time only")
     p.add_argument("--host-profile", type=Path, metavar="DIR",
-                   help="a saved host profile for counted host time (default: the sweep saves one)")
+                   help="replay this saved host profile for every point (default: each "
+                        "point's own)")
     p.add_argument("--prune-factor", type=float, default=1.5, metavar="F",
                    help="stop a point once it is F times slower than the best so far "
                         "(default 1.5; 0 never)")
@@ -109,20 +111,11 @@ def build_spec(args: argparse.Namespace, run_options: list[str], command: list[s
         spec.tokens_per_iteration = args.tokens_per_iteration
     for text in args.vary:
         spec.parameters.append(_vary(text))
-    if args.framework:
-        resolve_cluster_only(spec)
+    if args.framework:  # its axes depend on the cluster's size
+        resolve_cluster(spec)
         frameworks.apply(args.framework, spec)
     resolve(spec)
     return spec
-
-
-def resolve_cluster_only(spec: SweepSpec) -> None:
-    """The cluster's size, before a framework's axes (which depend on it) exist."""
-    axes, spec.parameters = spec.parameters, [Parameter("_", values=[0])]
-    try:
-        resolve(spec)
-    finally:
-        spec.parameters = axes
 
 
 def _vary(text: str) -> Parameter:

@@ -13,6 +13,8 @@ fixed so that every point trains the same tokens per iteration:
 """
 from __future__ import annotations
 
+import logging
+import warnings
 from typing import Any
 
 from phantom.sweep.spec import Parameter, SweepSpec, SweepSpecError
@@ -69,10 +71,16 @@ def _torchtitan_job(target: list[str]) -> Any:
     if args is None:
         raise SweepSpecError("--framework torchtitan sweeps `-m torchtitan.train --module M "
                              "--config C [...]`; the command is " + " ".join(target[:3]))
+    args = [a for a in args if not a.startswith("activation-checkpoint:")]
+    logging.disable(logging.WARNING)  # torchtitan's and torchao's import-time notes, once per point later
     try:
-        return ConfigManager().parse_args([a for a in args if not a.startswith("activation-checkpoint:")])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return ConfigManager().parse_args(args)
     except (ValueError, ImportError) as e:
         raise SweepSpecError(f"torchtitan could not read the job's config: {e}") from None
+    finally:
+        logging.disable(logging.NOTSET)
 
 
 def _torchtitan(spec: SweepSpec) -> None:

@@ -46,7 +46,8 @@ class PointResult:
     key: str = ""
     """Cache key: the command, environment, config files, host profile and phantom's code."""
     iteration_ms: float | None = None
-    """Median simulated iteration time over the iterations after the first."""
+    """Median simulated iteration time over the iterations after the first; for a stopped
+    point, at least this (and its tokens/s at most what is shown)."""
     iterations: int = 0
     tokens_per_s_per_gpu: float | None = None
     mfu: float | None = None
@@ -99,9 +100,11 @@ def result_from_report(point_id: str, values: dict[str, Any], command: str, repo
         r.peak_allocated_bytes = mem["peak_allocated_bytes"]
         r.peak_reserved_bytes = mem["peak_reserved_bytes"]
         r.capacity_bytes = mem["capacity_bytes"]
-        stopped = (report.get("simulation") or {}).get("stopped")
-        if stopped:
-            r.status, r.message = "stopped", stopped
+        sim = report.get("simulation") or {}
+        if sim.get("stopped"):
+            # the iteration it stopped in took at least this: the point's time is a lower bound
+            r.status, r.message = "stopped", sim["stopped"]
+            r.iteration_ms = max(r.iteration_ms or 0.0, sim.get("stopped_above_ms") or 0.0) or None
     oom = OOM_RE.search(stderr) or OOM_RE.search(stdout)
     if oom:
         want = float(oom.group(1)) * UNITS[oom.group(2)]
@@ -220,10 +223,11 @@ def table(outcome: SweepOutcome, limit: int | None = None) -> str:
             status = "stopped (dominated)"
         elif r.cached:
             status = "ok (cached)"
+        below, above = ("<", ">") if r.status == "stopped" else ("", "")
         rows.append([str(i), *(str(r.values.get(n, "")) for n in names),
-                     "-" if r.tokens_per_s_per_gpu is None else f"{r.tokens_per_s_per_gpu:,.0f}",
-                     "-" if r.mfu is None else f"{100 * r.mfu:.1f}%",
-                     "-" if r.iteration_ms is None else f"{r.iteration_ms:,.1f}",
+                     "-" if r.tokens_per_s_per_gpu is None else f"{below}{r.tokens_per_s_per_gpu:,.0f}",
+                     "-" if r.mfu is None or r.status == "stopped" else f"{100 * r.mfu:.1f}%",
+                     "-" if r.iteration_ms is None else f"{above}{r.iteration_ms:,.1f}",
                      _gib(r.peak_reserved_bytes), _gib(r.headroom_bytes), status])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(head)]

@@ -2,15 +2,17 @@
 
 Note [Sweep host time]
 ~~~~~~~~~~~~~~~~~~~~~~
-Layouts are compared on host time that does not move with this machine's load, because
-several points run at once and a resumed sweep must agree with the first one. By default
-(`--host-time counted`) the sweep first runs its first point with measured host time and saves
-that run's host profile in OUT/host-profile/; every point then runs counted against it
-(docs/host-time.md): the script's Python is charged from the profile, torch's work from the
-node's table. A layout whose call sequence departs from the profile's is charged each segment
-at the median of the profile's segments that ended at the same call. The profile is kept, so a
-resumed sweep charges exactly what the first one did; `--host-profile DIR` gives one saved
-earlier, `--host-time off` leaves host time out.
+Several points run at once and a resumed sweep must agree with the first one, so a point's
+host time must not move with this machine's load once it is known. With the default
+`--host-time counted`, a point's first run measures the script's Python (measured host time
+reads thread CPU time, converted to the node's speed: docs/host-time.md) and saves it, segment
+by segment, in OUT/points/<id>/host-profile/; that run's result is the point's. Any later run
+of the point (a changed phantom, `--rerun`) replays that profile (`phantom run --host-time
+counted`), to the nanosecond. Each layout is charged its own Python: one profile shared by all
+points would charge a layout whose Python differs (FSDP's hooks against DDP's, activation
+checkpointing's recompute) the other layout's segments. `--host-profile DIR` replays one saved
+profile for every point instead (the same on any machine, at that cost); `--host-time off`
+compares GPU time alone.
 
 Note [Sweep cache]
 ~~~~~~~~~~~~~~~~~~
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 import phantom
+from phantom.launcher.lifetime import started_by_me
 from phantom.sweep import expr
 from phantom.sweep.results import PointResult, SweepOutcome, rank, result_from_report, size_text
 from phantom.sweep.spec import Point, PointRun, SweepSpec, cluster_names, point_run, points
@@ -56,9 +59,9 @@ class SweepOptions:
     """`local`: subprocesses here; `ray`: Ray tasks on a Ray cluster."""
     ray_address: str | None = None
     host_time: str = "counted"
-    """counted (Note [Sweep host time]), measured or off."""
+    """counted (Note [Sweep host time]) or off."""
     host_profile: Path | None = None
-    """A saved host profile for counted host time; None: the sweep saves one."""
+    """A saved host profile every point replays; None: each point's own."""
     prune_factor: float = 1.5
     """Stop a point once an iteration after its first is this much slower than the best
     point so far would be (0: never)."""
@@ -67,7 +70,7 @@ class SweepOptions:
 
 
 class SweepRunError(RuntimeError):
-    """A sweep that cannot go on (the host-profile run failed, say)."""
+    """A sweep that cannot go on (no point passes the constraints, no Ray, say)."""
 
 
 def code_fingerprint() -> str:
@@ -102,32 +105,63 @@ class PointJob:
     key: str
     dir: Path
     tokens: float | None
+    replay: list[str]
+    """The host-time options that charge this point again as the sweep did."""
 
     def command(self) -> str:
+        """The point as a `phantom run` command line (Note [Sweep host time])."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.run.env.items())
-        return (env + " " if env else "") + "phantom run " + shlex.join(self.run.run_args)
+        return (env + " " if env else "") + "phantom run " + shlex.join(self.replay + self.run.run_args)
 
 
 def run_point_process(run_args: list[str], env: dict[str, str], files: dict[str, str],
-                      report_path: str) -> tuple[int, str, str, str | None]:
+                      report_path: str, live: set | None = None) -> tuple[int, str, str, str | None]:
     """Run `phantom run run_args` to its end: (exit code, stdout, stderr, report text). The
-    config files are written first. Its own process group, killed with it on Ctrl-C."""
+    config files are written first. It runs in a process group of its own, held in `live`
+    while it runs so that an interrupted sweep can kill it (LocalPoints.stop)."""
     for path, text in files.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text)
     Path(report_path).parent.mkdir(parents=True, exist_ok=True)
     Path(report_path).unlink(missing_ok=True)
     proc = subprocess.Popen(PHANTOM_RUN + ["--report", report_path] + run_args,
-                            env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            env=started_by_me({**os.environ, **env}), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if live is not None:
+        live.add(proc)
     try:
         out, err = proc.communicate()
     except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill_group(proc)
         raise
+    finally:
+        if live is not None:
+            live.discard(proc)
     report = Path(report_path).read_text() if Path(report_path).exists() else None
     return proc.returncode, out, err, report
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+class LocalPoints:
+    """Runs points as subprocesses here; `stop` kills the ones running (Ctrl-C)."""
+
+    def __init__(self) -> None:
+        self._live: set[subprocess.Popen] = set()
+
+    def __call__(self, run_args: list[str], env: dict[str, str], files: dict[str, str],
+                 report_path: str) -> tuple[int, str, str, str | None]:
+        return run_point_process(run_args, env, files, report_path, self._live)
+
+    def stop(self) -> None:
+        for proc in list(self._live):
+            _kill_group(proc)
 
 
 class Runner:
@@ -145,19 +179,26 @@ class Runner:
         self._run_walls: list[float] = []
 
     # -- set-up ----------------------------------------------------------------------------
-    def host_args(self) -> list[str]:
-        mode = self.options.host_time
-        if mode == "counted":
-            return ["--host-time", "counted", "--host-profile", str(self.profile_dir())]
-        return ["--host-time", mode]
+    def host_args(self, point_dir: Path) -> list[str]:
+        """Note [Sweep host time]: replay a profile where there is one, else measure and save."""
+        if self.options.host_time == "off":
+            return ["--host-time", "off"]
+        if self.options.host_profile is not None:
+            return ["--host-time", "counted", "--host-profile", str(self.options.host_profile)]
+        own = point_dir / "host-profile"
+        if (own / "rank0.npz").exists():
+            return ["--host-time", "counted", "--host-profile", str(own)]
+        return ["--host-time", "measured", "--save-host-profile", str(own)]
 
-    def profile_dir(self) -> Path:
-        return self.options.host_profile or self.options.out_dir / "host-profile"
+    def host_key(self) -> str:
+        if self.options.host_time == "off":
+            return "off"
+        if self.options.host_profile is not None:
+            return directory_fingerprint(self.options.host_profile)
+        return "own"
 
     def jobs(self, valid: list[Point]) -> list[PointJob]:
-        code = code_fingerprint()
-        profile = directory_fingerprint(self.profile_dir()) if self.options.host_time == "counted" \
-            else self.options.host_time
+        code, host = code_fingerprint(), self.host_key()
         tokens_tree = expr.parse(str(self.spec.tokens_per_iteration)) \
             if self.spec.tokens_per_iteration else None
         out = []
@@ -165,33 +206,15 @@ class Runner:
             pid = hashlib.sha256(point.label().encode()).hexdigest()[:10]
             pdir = self.points_dir / pid
             run = point_run(self.spec, point, pdir)
-            run.run_args = ["--quiet", *self.host_args(), *run.run_args]
-            key = hashlib.sha256(f"{run.key()}|{profile}|{code}".encode()).hexdigest()[:16]
+            key = hashlib.sha256(f"{run.key()}|{host}|{code}".encode()).hexdigest()[:16]
             tokens = None
             if tokens_tree is not None:
                 tokens = float(expr.evaluate(tokens_tree, cluster_names(self.spec) | point.as_dict()))
-            out.append(PointJob(pid, point, run, key, pdir, tokens))
+            replay = self.host_args(pdir)
+            if replay[1] == "measured":
+                replay = ["--host-time", "counted", "--host-profile", replay[-1]]
+            out.append(PointJob(pid, point, run, key, pdir, tokens, replay))
         return out
-
-    def ensure_host_profile(self, first: PointJob) -> None:
-        """Note [Sweep host time]: save the profile the counted points replay, once."""
-        if self.options.host_time != "counted" or self.options.host_profile is not None:
-            return
-        profile = self.profile_dir()
-        if profile.is_dir() and any(profile.iterdir()):
-            return
-        self.progress(f"phantom sweep: measuring host time once, on {first.point.label()} "
-                      f"(saved in {profile})")
-        args = [a for a in first.run.run_args]
-        i = args.index("--host-time")
-        del args[i:i + 4]  # --host-time counted --host-profile DIR
-        args = ["--host-time", "measured", "--save-host-profile", str(profile), *args]
-        code, out, err, _ = run_point_process(args, first.run.env, first.run.files,
-                                              str(first.dir / "host-profile-run.json"))
-        if code != 0 or not profile.is_dir():
-            raise SweepRunError(f"the run that measures host time ({first.point.label()}) failed "
-                                f"(exit {code}):\n{err.strip()[-2000:]}\nFix the script or spec, or "
-                                f"give --host-time off.")
 
     # -- running ---------------------------------------------------------------------------
     def cached(self, job: PointJob) -> PointResult | None:
@@ -222,7 +245,7 @@ class Runner:
         return factor * best.iteration_ms if best.iteration_ms else None
 
     def run_one(self, job: PointJob, execute) -> PointResult:
-        args = list(job.run.run_args)
+        args = ["--quiet", *self.host_args(job.dir), *job.run.run_args]
         bound = self.bound_ms(job)
         if bound is not None:
             args = ["--stop-above-ms", f"{bound:.3f}", *args]
@@ -288,9 +311,6 @@ class Runner:
                                 f"shows why)")
         self.options.out_dir.mkdir(parents=True, exist_ok=True)
         jobs = self.jobs(valid)
-        if self.options.host_time == "counted":
-            self.ensure_host_profile(jobs[0])
-            jobs = self.jobs(valid)  # keys now name the profile's contents
         started = time.monotonic()
         results: list[PointResult] = []
         todo = []
@@ -302,17 +322,20 @@ class Runner:
                 results.append(cached)
                 self.record(cached, len(jobs), started)
         execute = self._executor()
-        with futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs)) as pool:
-            pending = {pool.submit(self.run_one, job, execute) for job in todo}
-            try:
-                for done in futures.as_completed(pending):
-                    result = done.result()
-                    results.append(result)
-                    self.record(result, len(jobs), started)
-            except BaseException:
-                for f in pending:
-                    f.cancel()
-                raise
+        pool = futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs))
+        pending = {pool.submit(self.run_one, job, execute) for job in todo}
+        try:
+            for done in futures.as_completed(pending):
+                result = done.result()
+                results.append(result)
+                self.record(result, len(jobs), started)
+        except BaseException:  # Ctrl-C: no new points, and the running ones end now
+            for f in pending:
+                f.cancel()
+            execute.stop()
+            raise
+        finally:
+            pool.shutdown(wait=True)
         return SweepOutcome(header=self.header(), results=rank(results, self.metric),
                             metric=self.metric,
                             skipped=[{"values": s.values, "reason": s.reason} for s in skipped])
@@ -321,9 +344,8 @@ class Runner:
         if self.options.executor == "ray":
             from phantom.sweep.ray_tasks import RayPoints
 
-            profile = self.profile_dir() if self.options.host_time == "counted" else None
-            return RayPoints(self.options.ray_address, profile)
-        return run_point_process
+            return RayPoints(self.options.ray_address, self.options.host_profile)
+        return LocalPoints()
 
     def header(self) -> dict:
         spec = self.spec
@@ -337,7 +359,7 @@ class Runner:
             "constraints": spec.constraints,
             "tokens_per_iteration": spec.tokens_per_iteration,
             "host_time": {"mode": self.options.host_time,
-                          "profile": str(self.profile_dir())
+                          "profile": str(self.options.host_profile or "each point's own")
                           if self.options.host_time == "counted" else None},
         }
 

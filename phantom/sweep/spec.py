@@ -393,8 +393,15 @@ def _parameter(table: Any, where: str, fail, derived: bool) -> Parameter:
 
 
 def resolve(spec: SweepSpec) -> None:
-    """Check the spec and fill in the cluster's size and GPU from its run options, as `phantom
-    run` reads them; the first point's command must be one `phantom run` accepts."""
+    """Fill in the cluster's size and GPU from the run options (`resolve_cluster`), then check
+    the spec (`check`)."""
+    resolve_cluster(spec)
+    check(spec)
+
+
+def resolve_cluster(spec: SweepSpec) -> None:
+    """The cluster's size and GPU from the spec's run options, as `phantom run` reads them; the
+    command must be one `phantom run` accepts."""
     from phantom.hardware import get_gpu
     from phantom.launcher.args import UsageError, parse_run_args
 
@@ -410,7 +417,6 @@ def resolve(spec: SweepSpec) -> None:
     if config.vram_gib is not None:
         gpu = gpu.with_memory_gib(config.vram_gib)
     spec.gpu, spec.gpu_memory_bytes, spec.gpu_bf16_tflops = gpu.name, gpu.memory_bytes, gpu.bf16_tflops
-    check(spec)
 
 
 def check(spec: SweepSpec) -> None:
