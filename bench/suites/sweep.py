@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from phantom.sweep import expr  # noqa: E402
-from phantom.sweep.spec import cluster_names, load_spec, point_run, points  # noqa: E402
+from phantom.sweep.spec import cluster_names, load_spec, point_run, points, value_text  # noqa: E402
 
 SUMMARY = re.compile(r"summary: median_iter_ms=([\d.]+)")  # examples/*.py
 TORCHTITAN_TPS = re.compile(r"tps: ([\d,]+)")  # torchtitan's metrics line: tokens/s per GPU
@@ -88,14 +88,10 @@ def cmd_sim(args: argparse.Namespace) -> None:
         doc = json.loads((out / "sweep.json").read_text())
     rows = {}
     for p in doc["points"]:
-        label = " ".join(f"{k}={_text(v)}" for k, v in p["values"].items())
+        label = " ".join(f"{k}={value_text(v)}" for k, v in p["values"].items())
         rows[label] = {"label": label, "status": p["status"], "iteration_ms": p["iteration_ms"],
                        "tokens_per_s_per_gpu": p["tokens_per_s_per_gpu"]}
     Path(args.json).write_text(json.dumps({"spec": str(args.spec), "rows": rows}, indent=1) + "\n")
-
-
-def _text(v) -> str:
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def cmd_import_distributed(args: argparse.Namespace) -> None:
@@ -126,6 +122,8 @@ def main() -> None:
     sim = sub.add_parser("sim")
     sim.add_argument("--spec", required=True)
     sim.add_argument("--json", required=True)
+    sim.add_argument("--real", help="the harness passes the real run it compares with; the spec "
+                                    "names the points, so it is not read")
     sim.add_argument("extra", nargs="*", help="further phantom sweep options")
     imp = sub.add_parser("import-distributed")
     imp.add_argument("--spec", required=True)

@@ -21,6 +21,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from phantom.sweep.spec import value_text
+
 GIB = 1024**3
 SCHEMA = "phantom.sweep/1"
 # Order of the statuses in the ranking, and what each means in the table.
@@ -72,7 +74,7 @@ class PointResult:
         return self.capacity_bytes - self.peak_reserved_bytes
 
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.values.items())
+        return " ".join(f"{k}={value_text(v)}" for k, v in self.values.items())
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"headroom_bytes": self.headroom_bytes}
@@ -224,14 +226,14 @@ def table(outcome: SweepOutcome, limit: int | None = None) -> str:
         elif r.cached:
             status = "ok (cached)"
         below, above = ("<", ">") if r.status == "stopped" else ("", "")
-        rows.append([str(i), *(str(r.values.get(n, "")) for n in names),
+        rows.append([str(i), *(value_text(r.values.get(n, "")) for n in names),
                      "-" if r.tokens_per_s_per_gpu is None else f"{below}{r.tokens_per_s_per_gpu:,.0f}",
                      "-" if r.mfu is None or r.status == "stopped" else f"{100 * r.mfu:.1f}%",
                      "-" if r.iteration_ms is None else f"{above}{r.iteration_ms:,.1f}",
                      _gib(r.peak_reserved_bytes), _gib(r.headroom_bytes), status])
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h)
               for i, h in enumerate(head)]
-    lines = [f"the same in every point: {', '.join(f'{n}={outcome.results[0].values[n]}' for n in sorted(fixed))}"] if fixed and len(outcome.results) > 1 else []
+    lines = [f"the same in every point: {', '.join(f'{n}={value_text(outcome.results[0].values[n])}' for n in sorted(fixed))}"] if fixed and len(outcome.results) > 1 else []
     lines += ["  ".join(h.rjust(w) for h, w in zip(head, widths)),
              "  ".join("-" * w for w in widths)]
     lines += ["  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in rows]

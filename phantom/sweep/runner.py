@@ -42,7 +42,8 @@ import phantom
 from phantom.launcher.lifetime import started_by_me
 from phantom.sweep import expr
 from phantom.sweep.results import PointResult, SweepOutcome, rank, result_from_report, size_text
-from phantom.sweep.spec import Point, PointRun, SweepSpec, cluster_names, point_run, points
+from phantom.sweep.spec import (Point, PointRun, SweepSpec, cluster_names, point_run, points,
+                                value_text)
 
 PHANTOM_RUN = [sys.executable, "-m", "phantom.cli", "run"]
 
@@ -301,7 +302,7 @@ class Runner:
         return line
 
     def _axes_label(self, r: PointResult) -> str:
-        return " ".join(f"{a.name}={r.values[a.name]}" for a in self.spec.axes())
+        return " ".join(f"{a.name}={value_text(r.values[a.name])}" for a in self.spec.axes())
 
     def run(self) -> SweepOutcome:
         valid, skipped = points(self.spec)

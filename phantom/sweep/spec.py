@@ -121,7 +121,7 @@ class Point:
         return dict(self.values)
 
     def label(self) -> str:
-        return " ".join(f"{k}={_text(v)}" for k, v in self.values)
+        return " ".join(f"{k}={value_text(v)}" for k, v in self.values)
 
 
 @dataclass
@@ -211,11 +211,11 @@ def point_run(spec: SweepSpec, point: Point, point_dir: Path) -> PointRun:
             prefix = p.append.split("{}")[0]
             if prefix:
                 target = [t for t in target if not t.startswith(prefix)]
-            appended.append(p.append.replace("{}", _text(value)))
+            appended.append(p.append.replace("{}", value_text(value)))
         elif p.option:
             options = _set_arg(options, p.option, value)
         elif p.env:
-            env[p.env] = _text(value)
+            env[p.env] = value_text(value)
         elif p.config:
             file, key = p.config.rsplit(":", 1)
             if file not in configs:
@@ -230,7 +230,8 @@ def point_run(spec: SweepSpec, point: Point, point_dir: Path) -> PointRun:
     return PointRun(options + ["--"] * (target[:1] != ["-m"]) + target, env, files)
 
 
-def _text(value: Any) -> str:
+def value_text(value: Any) -> str:
+    """A value as the command line and the tables write it (true/false, 2 for 2.0)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
@@ -259,7 +260,7 @@ def _set_arg(tokens: list[str], flag: str, value: Any) -> list[str]:
     out = _remove_arg(tokens, flag, takes_value=not isinstance(value, bool))
     if isinstance(value, bool):
         return out + [flag] if value else out
-    return out + [flag, _text(value)]
+    return out + [flag, value_text(value)]
 
 
 def _read_json_config(spec: SweepSpec, p: Parameter, file: str) -> dict:
