@@ -114,8 +114,8 @@ class RunConfig:
     True (no --no-db): the shipped database for the GPU is used."""
 
     stop_above_ms: float | None = option("--stop-above-ms", metavar="MS")
-    """End the run once an iteration after the first takes longer than MS simulated ms; the
-    report's `simulation.stopped` says so (`phantom sweep` drops a clearly slower layout with
+    """End the run once an iteration after the first takes longer than MS simulated ms
+    (checked as its kernels are queued); the report's `simulation.stopped` says so (`phantom sweep` drops a clearly slower layout with
     it).
 
     Rank 0 checks it: its iterations are the run's."""

@@ -228,6 +228,28 @@ def test_off_charges_nothing_and_counted_replays_a_saved_profile(costs, tmp_path
     assert replay.report()["matched"] == 3 and replay.report()["departed"] == 1
 
 
+def test_counted_replay_matches_segments_iteration_by_iteration(tmp_path):
+    """Segments are matched within each iteration by call and order; a departing run stays
+    aligned at every iteration mark, and a segment with no counterpart costs its call's median
+    in the steady iterations, or a typical steady segment."""
+    from phantom.host.profile import ProfileReader, ProfileWriter
+
+    saved = ProfileWriter()
+    for site, ns in (("a", 10), ("b", 20), ("iteration", 1),             # start-up + iteration 0
+                     ("a", 11), ("b", 21), ("c", 50), ("iteration", 2),  # iteration 1
+                     ("end", 99)):                                      # the script's end
+        saved.add(site, ns)
+    saved.save(tmp_path, rank=0)
+    replay = ProfileReader(tmp_path, rank=0)
+    charged = [replay.next(site) for site in (
+        "a", "b", "b", "iteration",  # a second `b` in iteration 0: b's steady median
+        "a", "c", "iteration",       # iteration 1 as saved, its `b` skipped
+        "end", "a", "iteration",     # the saved end, then a third iteration begins
+        "a", "zzz")]                 # past the saved iterations: the last one's; unknown: typical
+    assert charged == [10, 20, 21, 1, 11, 50, 2, 99, 11, 2, 11, 16]
+    assert replay.report()["matched"] == 8 and replay.report()["departed"] == 4
+
+
 def test_a_missing_profile_says_how_to_save_one(tmp_path):
     from phantom.host.profile import HostProfileError, ProfileReader
 

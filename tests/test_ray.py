@@ -66,3 +66,26 @@ def test_a_failing_rank_on_ray_ends_the_run(ray_cluster, tmp_path):
                     str(script)], env, tmp_path)
     assert res.returncode != 0
     assert "rank 1 failed" in res.stderr and "rank one broke" in res.stderr
+
+
+def test_a_sweep_on_ray_brings_back_what_a_local_rerun_replays(ray_cluster, tmp_path):
+    """`phantom sweep --executor ray`: each point a Ray task; the host profile a point saves on
+    its node comes back, so a local `--rerun` replays it to the same iteration times."""
+    import json
+
+    address, env = ray_cluster
+    out = tmp_path / "sw"
+    args = ["sweep", "--out", str(out), "--jobs", "2", "--prune-factor", "0", "--gpu", "H100",
+            "--vary", "batch-size=1,4", "--tokens-per-iteration", "batch_size * 256", "--",
+            str(REPO / "examples/gpt_train.py"), "--preset", "gpt2-124m", "--seq-len", "256",
+            "--steps", "4"]
+    on_ray = run_phantom(["sweep", "--ray-address", address, *args[1:]], cwd=tmp_path, env=env)
+    assert on_ray.returncode == 0, on_ray.stderr[-3000:]
+    first = {p["id"]: p for p in json.loads((out / "sweep.json").read_text())["points"]}
+    assert len(first) == 2 and all(p["status"] == "ok" for p in first.values())
+    for pid in first:
+        assert (out / "points" / pid / "host-profile" / "rank0.npz").exists()
+    local = run_phantom([*args[:1], "--rerun", *args[1:]], cwd=tmp_path, env=env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    for p in json.loads((out / "sweep.json").read_text())["points"]:
+        assert p["iteration_ms"] == pytest.approx(first[p["id"]]["iteration_ms"], rel=1e-9)

@@ -13,8 +13,10 @@ charged what the saved run's n-th one there took. An identical script charges ex
 saved sequence; a run whose sequence departs (other arguments, another layout in a sweep)
 stays aligned at each iteration, and a segment the saved iteration has no counterpart for is
 charged the median of that call's segments in the saved steady iterations (else the median of
-all their segments); the report counts those. Iterations past the saved run's end charge its last
-iteration's segments.
+all their segments); the report counts those. The counted run's k-th stretch between iteration
+marks is matched against the saved run's k-th (the stretch after the last mark is the script's
+end, so the same script charges its end exactly); stretches past the saved run's count are
+matched against its last full iteration.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from phantom.sweep import frameworks
-from phantom.sweep.results import table
+from phantom.sweep.results import SweepOutcome, table
 from phantom.sweep.runner import Runner, SweepOptions, SweepRunError
 from phantom.sweep.spec import (Parameter, SweepSpec, SweepSpecError, load_spec, points, resolve,
                                 resolve_cluster)
@@ -80,6 +80,9 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str], list[str]]:
     while i < len(argv):
         t = argv[i]
         flag = t.split("=", 1)[0]
+        if flag[:2] in ours and len(flag) > 2 and not flag.startswith("--"):  # -j4
+            flag, t = flag[:2], f"{flag[:2]}={flag[2:]}"
+            argv = argv[:i] + [t] + argv[i + 1:]
         if flag in ours:
             n = 2 if ours[flag] and "=" not in t else 1
             sweep += argv[i:i + n]
@@ -98,6 +101,9 @@ def build_spec(args: argparse.Namespace, run_options: list[str], command: list[s
         if command or args.framework or args.vary:
             raise SweepSpecError("give a spec file, or --framework/--vary with a command after "
                                  "--, not both")
+        if not args.spec.endswith(".toml"):
+            raise SweepSpecError(f"{args.spec} is not a sweep spec (a .toml file): to sweep a "
+                                 f"script, give it after -- with --vary or --framework")
         spec = load_spec(args.spec)
         spec.run_options += run_options
     else:
@@ -169,6 +175,9 @@ def main(argv: list[str]) -> int:
         if args.list:
             list_points(spec)
             return 0
+        if args.host_profile is not None and not (args.host_profile / "rank0.npz").exists():
+            raise SweepSpecError(f"--host-profile {args.host_profile}: no rank0.npz there (save "
+                                 f"one with phantom run --save-host-profile DIR)")
         options = SweepOptions(out_dir=default_out(args), jobs=args.jobs, executor=args.executor,
                                ray_address=args.ray_address, host_time=args.host_time,
                                host_profile=args.host_profile, prune_factor=args.prune_factor,
@@ -184,7 +193,7 @@ def main(argv: list[str]) -> int:
     return report(outcome, options.out_dir, args.top)
 
 
-def report(outcome, out_dir: Path, top: int) -> int:
+def report(outcome: SweepOutcome, out_dir: Path, top: int) -> int:
     from phantom.sweep.html import render_sweep_html
 
     doc = outcome.to_json()

@@ -93,13 +93,14 @@ def _torchtitan(spec: SweepSpec) -> None:
     batch = training.global_batch_size if training.global_batch_size > 0 \
         else training.local_batch_size * fixed_dp
     micro = training.local_batch_size
+    cp = par.context_parallel_degree
     pp_values = [p for p in _degrees(world) if layers is None or layers % p == 0]
     spec.parameters += [
         Parameter("tp", values=[t for t in _degrees(node) if node % t == 0],
                   arg="--parallelism.tensor_parallel_degree"),
         Parameter("pp", values=pp_values[:3], arg="--parallelism.pipeline_parallel_degree"),
         Parameter("ac", values=["selective", "full", "none"], append="activation-checkpoint:{}"),
-        Parameter("dp_shard", expr="world_size // (tp * pp)",
+        Parameter("dp_shard", expr=f"world_size // (tp * pp * {cp})",
                   arg="--parallelism.data_parallel_shard_degree"),
         # A pipeline splits its local batch into micro-batches itself; without one, each rank
         # runs micro-batches of the job's size and accumulates gradients up to the global batch.
@@ -107,7 +108,7 @@ def _torchtitan(spec: SweepSpec) -> None:
                   arg="--training.local_batch_size"),
         Parameter("global_batch", expr=str(batch), arg="--training.global_batch_size"),
     ]
-    spec.constraints += ["world_size % (tp * pp) == 0", f"{batch} % dp_shard == 0",
+    spec.constraints += [f"world_size % (tp * pp * {cp}) == 0", f"{batch} % dp_shard == 0",
                          "local_batch >= 1", "global_batch % (local_batch * dp_shard) == 0"]
     spec.tokens_per_iteration = f"global_batch * {training.seq_len}"
     spec.mfu_pattern = r"mfu: *([\d.]+)%"
@@ -124,10 +125,12 @@ def _megatron(spec: SweepSpec) -> None:
     tp0 = _int_arg(target, 1, *MEGATRON_TP)
     pp0 = _int_arg(target, 1, *MEGATRON_PP)
     micro = _int_arg(target, 1, "--micro-batch-size")
-    batch = _int_arg(target, None, "--global-batch-size") or micro * (world // (tp0 * pp0))
+    cp = _int_arg(target, 1, "--context-parallel-size")
+    batch = _int_arg(target, None, "--global-batch-size") or micro * (world // (tp0 * pp0 * cp))
     layers = _int_arg(target, None, "--num-layers")
     seq = _int_arg(target, None, "--seq-length")
-    target = _without(target, MEGATRON_TP[1], MEGATRON_PP[1], "--sequence-parallel")
+    target = _without(target, MEGATRON_TP[1], MEGATRON_PP[1], "--sequence-parallel",
+                      "--recompute-method", "--recompute-num-layers")
     spec.target = _with(target, "--global-batch-size", str(batch))
     spec.parameters += [
         Parameter("tp", values=[t for t in _degrees(node) if node % t == 0],
@@ -137,10 +140,15 @@ def _megatron(spec: SweepSpec) -> None:
         Parameter("micro_batch", values=sorted({1, 2, micro}), arg="--micro-batch-size"),
         Parameter("recompute", values=["none", "selective", "full"],
                   arg="--recompute-granularity", omit="none"),
+        # full recompute needs a method and a layer count (Megatron's TransformerConfig checks)
+        Parameter("recompute_method", expr="'uniform' if recompute == 'full' else 'none'",
+                  arg="--recompute-method", omit="none"),
+        Parameter("recompute_num_layers", expr="1 if recompute == 'full' else 0",
+                  arg="--recompute-num-layers", omit=0),
         Parameter("sequence_parallel", expr="tp > 1", arg="--sequence-parallel"),
-        Parameter("dp", expr="world_size // (tp * pp)"),
+        Parameter("dp", expr=f"world_size // (tp * pp * {cp})"),
     ]
-    spec.constraints += ["world_size % (tp * pp) == 0", f"{batch} % (micro_batch * dp) == 0"]
+    spec.constraints += [f"world_size % (tp * pp * {cp}) == 0", f"{batch} % (micro_batch * dp) == 0"]
     if seq is not None:
         spec.tokens_per_iteration = f"{batch} * {seq}"
     spec.tflops_pattern = r"throughput per GPU \(TFLOP/s/GPU\): *([\d.]+)"
@@ -163,9 +171,9 @@ def _deepspeed(spec: SweepSpec) -> None:
         config = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise SweepSpecError(f"the command's DeepSpeed config {path}: {e}") from None
-    micro = int(config.get("train_micro_batch_size_per_gpu", 1))
-    accum = int(config.get("gradient_accumulation_steps", 1))
-    batch = int(config.get("train_batch_size", micro * accum * world))
+    micro = _config_int(path, config, "train_micro_batch_size_per_gpu", 1)
+    accum = _config_int(path, config, "gradient_accumulation_steps", 1)
+    batch = _config_int(path, config, "train_batch_size", micro * accum * world)
     # the script's own overrides (examples/deepspeed/train.py) would win over the JSON's values
     spec.target = _without(target, "--micro-batch", "--grad-accum")
     spec.parameters += [
@@ -182,6 +190,14 @@ def _deepspeed(spec: SweepSpec) -> None:
     seq = _int_arg(target, None, "--seq-len", "--seq-length", "--max-seq-length", "--max_seq_length")
     if seq is not None:
         spec.tokens_per_iteration = f"{batch} * {seq}"
+
+
+def _config_int(path: str, config: dict, key: str, default: int) -> int:
+    value = config.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SweepSpecError(f"{path}: {key} is {value!r}; the DeepSpeed set keeps the global "
+                             f"batch fixed, so the config must give it as a number (not \"auto\")")
+    return value
 
 
 def _with(target: list[str], flag: str, value: str) -> list[str]:

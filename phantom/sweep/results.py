@@ -28,9 +28,10 @@ SCHEMA = "phantom.sweep/1"
 # Order of the statuses in the ranking, and what each means in the table.
 STATUSES = {"ok": "ran to its end", "stopped": "stopped early: clearly slower than the best",
             "oom": "out of memory", "failed": "the script failed"}
-OOM_RE = re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+) (B|KiB|MiB|GiB|TiB)\. .*?"
-                    r"of which ([\d.]+) (B|KiB|MiB|GiB|TiB) is free")
-UNITS = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
+# torch's (and phantom's allocator's) message: sizes as c10's format_size writes them
+OOM_RE = re.compile(r"CUDA out of memory\. Tried to allocate ([\d.]+) (bytes|KiB|MiB|GiB|TiB)\. .*?"
+                    r"of which ([\d.]+) (bytes|KiB|MiB|GiB|TiB) is free")
+UNITS = {"bytes": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3, "TiB": 1024**4}
 
 
 @dataclass
@@ -92,29 +93,17 @@ def result_from_report(point_id: str, values: dict[str, Any], command: str, repo
     """A point's result from its run report (None when the run wrote none) and output."""
     r = PointResult(id=point_id, values=values, command=command, status="ok")
     if report is not None:
-        times = report["iterations"]["times_ms"]
-        steady = times[1:] if len(times) >= 2 else times
-        if steady:
-            r.iteration_ms = sorted(steady)[len(steady) // 2] if len(steady) % 2 else \
-                (sorted(steady)[len(steady) // 2 - 1] + sorted(steady)[len(steady) // 2]) / 2
-        r.iterations = len(times)
-        mem = report["memory"]
-        r.peak_allocated_bytes = mem["peak_allocated_bytes"]
-        r.peak_reserved_bytes = mem["peak_reserved_bytes"]
-        r.capacity_bytes = mem["capacity_bytes"]
-        sim = report.get("simulation") or {}
-        if sim.get("stopped"):
-            # the iteration it stopped in took at least this: the point's time is a lower bound
-            r.status, r.message = "stopped", sim["stopped"]
-            r.iteration_ms = max(r.iteration_ms or 0.0, sim.get("stopped_above_ms") or 0.0) or None
-    oom = OOM_RE.search(stderr) or OOM_RE.search(stdout)
-    if oom:
-        want = float(oom.group(1)) * UNITS[oom.group(2)]
-        free = float(oom.group(3)) * UNITS[oom.group(4)]
-        r.status, r.shortfall_bytes = "oom", int(max(0.0, want - free))
-        r.message = oom.group(0)
+        _read_report(r, report)
+    shortfalls = [_shortfall(m) for m in OOM_RE.finditer(stderr + stdout)] if exit_code else []
+    if shortfalls:
+        r.status, r.shortfall_bytes = "oom", max(shortfalls)
+        r.message = OOM_RE.search(stderr + stdout).group(0)
     elif exit_code != 0 and r.status != "stopped":
         r.status, r.message = "failed", _last_lines(stderr or stdout)
+    elif r.status == "ok" and r.iteration_ms is None:
+        r.status = "failed"
+        r.message = ("no iteration finished: phantom counts iterations at optimizer steps "
+                     "(docs/simulation.md), and this run made none")
     if r.iteration_ms and tokens_per_iteration:
         r.tokens_per_s_per_gpu = tokens_per_iteration / (r.iteration_ms / 1e3) / world_size
     if mfu_pattern and (value := _last_number(mfu_pattern, stdout)) is not None:
@@ -122,6 +111,32 @@ def result_from_report(point_id: str, values: dict[str, Any], command: str, repo
     elif tflops_pattern and peak_tflops and (value := _last_number(tflops_pattern, stdout)) is not None:
         r.mfu = value / peak_tflops
     return r
+
+
+def _read_report(r: PointResult, report: dict) -> None:
+    times = report["iterations"]["times_ms"]
+    steady = sorted(times[1:] if len(times) >= 2 else times)
+    if steady:
+        mid = len(steady) // 2
+        r.iteration_ms = steady[mid] if len(steady) % 2 else (steady[mid - 1] + steady[mid]) / 2
+    r.iterations = len(times)
+    mem = report["memory"]
+    r.peak_allocated_bytes = mem["peak_allocated_bytes"]
+    r.peak_reserved_bytes = mem["peak_reserved_bytes"]
+    r.capacity_bytes = mem["capacity_bytes"]
+    sim = report.get("simulation") or {}
+    if sim.get("stopped"):
+        # it stopped in an iteration after its first, which took at least stopped_above_ms:
+        # the point's time is a lower bound (the first iteration, start-up in it, is not one)
+        r.status, r.message = "stopped", sim["stopped"]
+        later = times[1:]
+        r.iteration_ms = max([sim.get("stopped_above_ms") or 0.0, *later]) or None
+
+
+def _shortfall(match: re.Match) -> int:
+    want = float(match.group(1)) * UNITS[match.group(2)]
+    free = float(match.group(3)) * UNITS[match.group(4)]
+    return int(max(0.0, want - free))
 
 
 def _last_number(pattern: str, text: str) -> float | None:

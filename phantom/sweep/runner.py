@@ -16,11 +16,14 @@ compares GPU time alone.
 
 Note [Sweep cache]
 ~~~~~~~~~~~~~~~~~~
-Each point keeps OUT/points/<id>/result.json with a key over everything its result depends on:
-the `phantom run` arguments, environment and config files, the host profile's files, and
-phantom's own code and data (a hash of the installed package). A re-run sweep reads every
-point whose key still matches and runs the rest, so it resumes after Ctrl-C and reruns what a
-changed spec or a new phantom would change.
+Each point keeps OUT/points/<id>/result.json with a key over what its result depends on: the
+`phantom run` arguments and environment, the contents of the config copies and of every file
+the command names (the script, a cluster TOML, a kernel database), the host profile, and
+phantom's own code and data (a hash of the installed package). A module run with `-m` is named,
+not hashed: after editing one, run with --rerun. A re-run sweep reads every point whose key
+still matches and runs the rest, so it resumes after Ctrl-C (an interrupted point is not kept)
+and reruns what a changed spec, script or phantom would change. A point's saved host profile
+is kept with the command it was measured for, and measured again for another command.
 """
 from __future__ import annotations
 
@@ -29,8 +32,7 @@ import hashlib
 import json
 import os
 import shlex
-import signal
-import subprocess
+import shutil
 import sys
 import threading
 import time
@@ -39,13 +41,11 @@ from pathlib import Path
 from typing import Callable
 
 import phantom
-from phantom.launcher.lifetime import started_by_me
 from phantom.sweep import expr
+from phantom.sweep.executors import Executor, LocalPoints, PointCall, PointOutput, Stopped
 from phantom.sweep.results import PointResult, SweepOutcome, rank, result_from_report, size_text
 from phantom.sweep.spec import (Point, PointRun, SweepSpec, cluster_names, point_run, points,
                                 value_text)
-
-PHANTOM_RUN = [sys.executable, "-m", "phantom.cli", "run"]
 
 
 @dataclass
@@ -103,11 +103,24 @@ class PointJob:
     id: str
     point: Point
     run: PointRun
+    command_key: str
+    """Its command, environment and the files they name (Note [Sweep cache])."""
     key: str
+    """command_key with the host-time setting and phantom's code: its result's cache key."""
     dir: Path
     tokens: float | None
     replay: list[str]
     """The host-time options that charge this point again as the sweep did."""
+
+    @property
+    def profile_dir(self) -> Path:
+        return self.dir / "host-profile"
+
+    def own_profile(self) -> bool:
+        """A saved host profile of this very command (Note [Sweep cache])."""
+        key_file = self.profile_dir / "command.key"
+        return (self.profile_dir / "rank0.npz").exists() and key_file.exists() \
+            and key_file.read_text().strip() == self.command_key
 
     def command(self) -> str:
         """The point as a `phantom run` command line (Note [Sweep host time])."""
@@ -115,54 +128,18 @@ class PointJob:
         return (env + " " if env else "") + "phantom run " + shlex.join(self.replay + self.run.run_args)
 
 
-def run_point_process(run_args: list[str], env: dict[str, str], files: dict[str, str],
-                      report_path: str, live: set | None = None) -> tuple[int, str, str, str | None]:
-    """Run `phantom run run_args` to its end: (exit code, stdout, stderr, report text). The
-    config files are written first. It runs in a process group of its own, held in `live`
-    while it runs so that an interrupted sweep can kill it (LocalPoints.stop)."""
-    for path, text in files.items():
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(text)
-    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(report_path).unlink(missing_ok=True)
-    proc = subprocess.Popen(PHANTOM_RUN + ["--report", report_path] + run_args,
-                            env=started_by_me({**os.environ, **env}), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    if live is not None:
-        live.add(proc)
-    try:
-        out, err = proc.communicate()
-    except BaseException:
-        _kill_group(proc)
-        raise
-    finally:
-        if live is not None:
-            live.discard(proc)
-    report = Path(report_path).read_text() if Path(report_path).exists() else None
-    return proc.returncode, out, err, report
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
-
-
-class LocalPoints:
-    """Runs points as subprocesses here; `stop` kills the ones running (Ctrl-C)."""
-
-    def __init__(self) -> None:
-        self._live: set[subprocess.Popen] = set()
-
-    def __call__(self, run_args: list[str], env: dict[str, str], files: dict[str, str],
-                 report_path: str) -> tuple[int, str, str, str | None]:
-        return run_point_process(run_args, env, files, report_path, self._live)
-
-    def stop(self) -> None:
-        for proc in list(self._live):
-            _kill_group(proc)
+def files_fingerprint(tokens: list[str], skip: set[str]) -> str:
+    """A hash of the contents of the files the command names (the script, a cluster TOML, a
+    kernel database), by the tokens that are paths of files here."""
+    h = hashlib.sha256()
+    for token in tokens:
+        for text in (token, token.split("=", 1)[-1]):
+            path = Path(text)
+            if text and text not in skip and path.is_file():
+                h.update(text.encode())
+                h.update(path.read_bytes())
+                break
+    return h.hexdigest()[:16]
 
 
 class Runner:
@@ -171,25 +148,26 @@ class Runner:
     def __init__(self, spec: SweepSpec, options: SweepOptions,
                  progress: Callable[[str], None] | None = None) -> None:
         self.spec, self.options = spec, options
+        self.out_dir = options.out_dir.resolve()
         self.progress = progress or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.points_dir = options.out_dir / "points"
+        self.points_dir = self.out_dir / "points"
         self.metric = "tokens_per_s_per_gpu" if spec.tokens_per_iteration else "iteration_ms"
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         self._best: PointResult | None = None
         self._done = 0
         self._run_walls: list[float] = []
 
     # -- set-up ----------------------------------------------------------------------------
-    def host_args(self, point_dir: Path) -> list[str]:
+    def host_args(self, job: PointJob) -> list[str]:
         """Note [Sweep host time]: replay a profile where there is one, else measure and save."""
         if self.options.host_time == "off":
             return ["--host-time", "off"]
         if self.options.host_profile is not None:
             return ["--host-time", "counted", "--host-profile", str(self.options.host_profile)]
-        own = point_dir / "host-profile"
-        if (own / "rank0.npz").exists():
-            return ["--host-time", "counted", "--host-profile", str(own)]
-        return ["--host-time", "measured", "--save-host-profile", str(own)]
+        if job.own_profile():
+            return ["--host-time", "counted", "--host-profile", str(job.profile_dir)]
+        return ["--host-time", "measured", "--save-host-profile", str(job.profile_dir)]
 
     def host_key(self) -> str:
         if self.options.host_time == "off":
@@ -202,33 +180,41 @@ class Runner:
         code, host = code_fingerprint(), self.host_key()
         tokens_tree = expr.parse(str(self.spec.tokens_per_iteration)) \
             if self.spec.tokens_per_iteration else None
+        ranks = ["--ranks", "auto"] if self.spec.world_size > 1 and not any(
+            t.split("=")[0] == "--ranks" for t in self.spec.run_options) else []
         out = []
         for point in valid:
             pid = hashlib.sha256(point.label().encode()).hexdigest()[:10]
             pdir = self.points_dir / pid
             run = point_run(self.spec, point, pdir)
-            key = hashlib.sha256(f"{run.key()}|{host}|{code}".encode()).hexdigest()[:16]
+            run.run_args = ranks + run.run_args  # representative ranks (docs/distributed.md)
+            named = files_fingerprint(run.run_args, skip=set(run.files))
+            command_key = hashlib.sha256(f"{run.key()}|{named}".encode()).hexdigest()[:16]
+            key = hashlib.sha256(f"{command_key}|{host}|{code}".encode()).hexdigest()[:16]
             tokens = None
             if tokens_tree is not None:
                 tokens = float(expr.evaluate(tokens_tree, cluster_names(self.spec) | point.as_dict()))
-            replay = self.host_args(pdir)
+            job = PointJob(pid, point, run, command_key, key, pdir, tokens, [])
+            replay = self.host_args(job)
             if replay[1] == "measured":
                 replay = ["--host-time", "counted", "--host-profile", replay[-1]]
-            out.append(PointJob(pid, point, run, key, pdir, tokens, replay))
+            job.replay = replay
+            out.append(job)
         return out
 
     # -- running ---------------------------------------------------------------------------
     def cached(self, job: PointJob) -> PointResult | None:
         if self.options.rerun:
             return None
-        path = job.dir / "result.json"
         try:
-            data = json.loads(path.read_text())
+            data = json.loads((job.dir / "result.json").read_text())
         except (FileNotFoundError, ValueError):
             return None
         if data.get("key") != job.key:
             return None
         result = PointResult.from_json(data)
+        if result.status == "stopped" and self.options.prune_factor <= 0:
+            return None  # it would run to its end now
         result.cached = True
         return result
 
@@ -245,27 +231,60 @@ class Runner:
             return factor * at_best_ms
         return factor * best.iteration_ms if best.iteration_ms else None
 
-    def run_one(self, job: PointJob, execute) -> PointResult:
-        args = ["--quiet", *self.host_args(job.dir), *job.run.run_args]
+    def run_one(self, job: PointJob, execute: Executor) -> PointResult | None:
+        """Run one point; None when the sweep is stopping (an interrupted point is not kept)."""
+        if self._stopping.is_set():
+            return None
+        host = self.host_args(job)
+        args = ["--quiet", *host, *job.run.run_args]
         bound = self.bound_ms(job)
         if bound is not None:
             args = ["--stop-above-ms", f"{bound:.3f}", *args]
         job.dir.mkdir(parents=True, exist_ok=True)
+        replayed = {}
+        if "--host-profile" in host:
+            profile = Path(host[host.index("--host-profile") + 1])
+            replayed = {str(f): f.read_bytes() for f in sorted(profile.iterdir())}
+        call = PointCall(args, job.run.env, job.run.files, str(job.dir / "report.json"),
+                         os.getcwd(), ship=replayed,
+                         bring_back=str(job.profile_dir) if "--save-host-profile" in host else None)
         start = time.monotonic()
-        code, out, err, report_text = execute(args, job.run.env, job.run.files,
-                                              str(job.dir / "report.json"))
-        wall = time.monotonic() - start
-        (job.dir / "stdout.txt").write_text(out)
-        (job.dir / "stderr.txt").write_text(err)
-        report = json.loads(report_text) if report_text else None
-        if report_text:
-            (job.dir / "report.json").write_text(report_text)
-        result = result_from_report(job.id, job.point.as_dict(), job.command(), report, out, err,
-                                    code, job.tokens, self.spec.world_size, self.spec.mfu_pattern,
-                                    self.spec.tflops_pattern, self.spec.gpu_bf16_tflops)
-        result.key, result.wall_s = job.key, round(wall, 2)
+        try:
+            output = execute(call)
+        except Stopped:
+            return None
+        if self._stopping.is_set() or output.exit_code < 0:
+            return None  # killed: Ctrl-C, or from outside
+        result = self._result(job, output, round(time.monotonic() - start, 2))
+        self._keep_profile(job, host, result)
         (job.dir / "result.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
         return result
+
+    def _result(self, job: PointJob, output: PointOutput, wall: float) -> PointResult:
+        (job.dir / "stdout.txt").write_text(output.stdout)
+        (job.dir / "stderr.txt").write_text(output.stderr)
+        try:
+            report = json.loads(output.report) if output.report else None
+            if output.report:
+                (job.dir / "report.json").write_text(output.report)
+            result = result_from_report(job.id, job.point.as_dict(), job.command(), report,
+                                        output.stdout, output.stderr, output.exit_code, job.tokens,
+                                        self.spec.world_size, self.spec.mfu_pattern,
+                                        self.spec.tflops_pattern, self.spec.gpu_bf16_tflops)
+        except (ValueError, KeyError, TypeError) as e:  # a report cut short, say
+            result = PointResult(job.id, job.point.as_dict(), "failed", job.command(),
+                                 message=f"its run report could not be read: {e}")
+        result.key, result.wall_s = job.key, wall
+        return result
+
+    def _keep_profile(self, job: PointJob, host: list[str], result: PointResult) -> None:
+        """A profile saved by a run that did not get through its iterations is not replayed."""
+        if "--save-host-profile" not in host:
+            return
+        if result.status in ("ok", "stopped") and (job.profile_dir / "rank0.npz").exists():
+            (job.profile_dir / "command.key").write_text(job.command_key + "\n")
+        else:
+            shutil.rmtree(job.profile_dir, ignore_errors=True)
 
     def record(self, result: PointResult, total: int, started: float) -> None:
         with self._lock:
@@ -310,7 +329,7 @@ class Runner:
             raise SweepRunError(f"{self.spec.source}: no point passes the constraints "
                                 f"({len(skipped)} combinations ruled out; `phantom sweep --list` "
                                 f"shows why)")
-        self.options.out_dir.mkdir(parents=True, exist_ok=True)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
         jobs = self.jobs(valid)
         started = time.monotonic()
         results: list[PointResult] = []
@@ -328,9 +347,11 @@ class Runner:
         try:
             for done in futures.as_completed(pending):
                 result = done.result()
-                results.append(result)
-                self.record(result, len(jobs), started)
+                if result is not None:
+                    results.append(result)
+                    self.record(result, len(jobs), started)
         except BaseException:  # Ctrl-C: no new points, and the running ones end now
+            self._stopping.set()
             for f in pending:
                 f.cancel()
             execute.stop()
@@ -341,11 +362,11 @@ class Runner:
                             metric=self.metric,
                             skipped=[{"values": s.values, "reason": s.reason} for s in skipped])
 
-    def _executor(self):
+    def _executor(self) -> Executor:
         if self.options.executor == "ray":
             from phantom.sweep.ray_tasks import RayPoints
 
-            return RayPoints(self.options.ray_address, self.options.host_profile)
+            return RayPoints(self.options.ray_address)
         return LocalPoints()
 
     def header(self) -> dict:

@@ -141,6 +141,7 @@ def points(spec: SweepSpec) -> tuple[list[Point], list[Skipped]]:
     axes = spec.axes()
     trees = {p.name: expr.parse(p.expr) for p in spec.parameters if p.derived}
     checks = [(c, expr.parse(c)) for c in spec.constraints]
+    tokens = expr.parse(str(spec.tokens_per_iteration)) if spec.tokens_per_iteration else None
     valid, skipped = [], []
     for combo in itertools.product(*(a.values for a in axes)):
         env = cluster_names(spec) | dict(zip((a.name for a in axes), combo))
@@ -150,7 +151,7 @@ def points(spec: SweepSpec) -> tuple[list[Point], list[Skipped]]:
                 continue
             try:
                 value = expr.evaluate(trees[p.name], env)
-            except (ArithmeticError, TypeError) as e:
+            except (ArithmeticError, TypeError, ValueError) as e:
                 reason = f"{p.name} = {p.expr}: {e}"
                 break
             if isinstance(value, float) and value.is_integer():
@@ -160,11 +161,18 @@ def points(spec: SweepSpec) -> tuple[list[Point], list[Skipped]]:
             for text, tree in checks:
                 try:
                     ok = expr.evaluate(tree, env)
-                except (ArithmeticError, TypeError) as e:
+                except (ArithmeticError, TypeError, ValueError) as e:
                     ok, text = False, f"{text} ({e})"
                 if not ok:
                     reason = f"not {text}"
                     break
+        if reason is None and tokens is not None:
+            try:
+                value = expr.evaluate(tokens, env)
+                if not (isinstance(value, (int, float)) and value > 0):
+                    reason = f"tokens_per_iteration = {value!r}, not a positive number"
+            except (ArithmeticError, TypeError, ValueError) as e:
+                reason = f"tokens_per_iteration: {e}"
         values = {p.name: env[p.name] for p in spec.parameters if p.name in env}
         if reason is None:
             valid.append(Point(tuple(values.items())))
@@ -226,7 +234,8 @@ def point_run(spec: SweepSpec, point: Point, point_dir: Path) -> PointRun:
     for file, data in configs.items():
         copy_path = str(point_dir / Path(file).name)
         files[copy_path] = json.dumps(data, indent=2) + "\n"
-        target = [copy_path if t == file else t.replace(f"={file}", f"={copy_path}") for t in target]
+        target = [copy_path if t == file else
+                  t[:-len(file)] + copy_path if t.endswith(f"={file}") else t for t in target]
     return PointRun(options + ["--"] * (target[:1] != ["-m"]) + target, env, files)
 
 
@@ -441,6 +450,9 @@ def check(spec: SweepSpec) -> None:
         _check_expr(spec, str(spec.tokens_per_iteration), known, "tokens_per_iteration")
     if not spec.axes():
         raise spec.error("axis", "a sweep needs at least one axis (a parameter with values)")
+    for p in spec.axes():
+        if not p.values:
+            raise spec.error(f"axis {p.name!r}", "no values to try")
 
 
 def _check_expr(spec: SweepSpec, text: str, known: set[str], where: str) -> None:
