@@ -514,19 +514,50 @@ def kendall_tau_b(a: list[float], b: list[float]) -> float:
     return (concordant - discordant) / denom if denom else 0.0
 
 
-def ranking_lines(rows: list[Row]) -> list[str]:
-    """How a sweep orders its points against the real order (higher is better)."""
+@dataclass
+class Ranking:
+    """How a sweep orders its points against the real order (tokens/s: higher is better)."""
+    points: int
+    tau: float
+    real_best: str
+    sweep_best: str
+    short_pct: float
+    """How far the sweep's best point is below the real best, for real (0 when they agree)."""
+
+
+def ranking(rows: list[Row]) -> Ranking | None:
     both = [r for r in rows if r.real and r.sim]
     if len(both) < 2:
-        return []
+        return None
     real = [statistics.median(r.real) for r in both]
     sim = [statistics.median(r.sim) for r in both]
     real_best = max(range(len(both)), key=lambda i: real[i])
     sim_best = max(range(len(both)), key=lambda i: sim[i])
-    short = 100 * (1 - real[sim_best] / real[real_best])
-    return [f"Ranking over {len(both)} points: Kendall's tau {kendall_tau_b(real, sim):.2f}; the real best "
-            f"`{both[real_best].name}`, the sweep's best `{both[sim_best].name}`"
-            + ("." if sim_best == real_best else f", {short:.1f}% below the real best for real.")]
+    return Ranking(len(both), kendall_tau_b(real, sim), both[real_best].name, both[sim_best].name,
+                   100 * (1 - real[sim_best] / real[real_best]))
+
+
+def ranking_lines(rows: list[Row]) -> list[str]:
+    r = ranking(rows)
+    if r is None:
+        return []
+    return [f"Ranking over {r.points} points: Kendall's tau {r.tau:.2f}; the real best `{r.real_best}`, "
+            f"the sweep's best `{r.sweep_best}`"
+            + ("." if r.sweep_best == r.real_best else f", {r.short_pct:.1f}% below the real best for real.")]
+
+
+def sweep_readme_lines(suite: Suite) -> list[str]:
+    """The sweep suite in the README: one row per setup (its per-point table: `compare sweep`)."""
+    lines = ["| setup | points | Kendall's tau | real best | sweep's best | mean \\|error\\| | max \\|error\\| | data |",
+             "|---|---|---|---|---|---|---|---|"]
+    for setup in suite.setups:
+        real, sim = setup_files(suite, setup)
+        r, s = ranking(pool(real, sim)), setup_summary(suite, setup)
+        if r is None or s is None:
+            continue
+        lines.append(f"| {setup.tag} | {r.points} | {r.tau:.2f} | `{r.real_best}` | `{r.sweep_best}` | "
+                     f"{s[0]:.1f}% | {s[1]:.1f}% | {_provenance(real + sim)} |")
+    return lines + ["", "Each point's tokens/s against its real run: `python bench/bench.py compare sweep`.", ""]
 
 
 def compare_lines(suite: Suite, setup: Setup) -> list[str]:
@@ -650,6 +681,9 @@ def readme() -> str:
              "## Summary", "", *accuracy_rows(""), ""]
     for suite in SUITES:
         lines += [f"## {suite.title}", "", f"`bench/suites/{suite.script}`: {suite.measures}", ""]
+        if suite.name == "sweep":
+            lines += sweep_readme_lines(suite)
+            continue
         for setup in suite.setups:
             real, sim = setup_files(suite, setup)
             if not real and not sim:

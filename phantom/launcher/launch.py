@@ -81,7 +81,7 @@ def _run_rank(env: dict, log_path: Path | None) -> int:
     pipe = subprocess.PIPE if log_path is not None else None
     if log_path is not None:
         env = dict(env, PYTHONUNBUFFERED="1")  # through a pipe, prints would otherwise lag
-    restore = _interrupts_raise()
+    restore = interrupts_raise()
     try:
         with contextlib.ExitStack() as stack:
             proc = subprocess.Popen(BOOTSTRAP, env=env, stdout=pipe, stderr=pipe)
@@ -102,7 +102,7 @@ def _run_rank(env: dict, log_path: Path | None) -> int:
                 for t in readers:
                     t.join(timeout=5)
     except KeyboardInterrupt as e:
-        return _interrupted_status(e)
+        return interrupted_status(e)
     finally:
         restore()
     return 128 - code if code < 0 else code
@@ -128,7 +128,7 @@ def _raise_terminated(signum, frame):
     raise Terminated
 
 
-def _interrupts_raise() -> Callable[[], None]:
+def interrupts_raise() -> Callable[[], None]:
     """From here on Ctrl-C raises KeyboardInterrupt and a `kill` (SIGTERM: a job scheduler's
     cancel, a CI timeout) raises Terminated, so the launcher ends its ranks either way, even
     where whoever started phantom left SIGINT ignored (a shell's background job, a test
@@ -145,7 +145,7 @@ def _interrupts_raise() -> Callable[[], None]:
     return restore
 
 
-def _interrupted_status(e: KeyboardInterrupt) -> int:
+def interrupted_status(e: KeyboardInterrupt) -> int:
     return 128 + signal.SIGTERM if isinstance(e, Terminated) else 128 + signal.SIGINT
 
 
@@ -344,7 +344,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
         else:
             ranks.append(_start_rank(config, rank, env_of(rank), log_dir, server))
 
-    restore_handlers = _interrupts_raise()  # Ctrl-C and `kill` both end the run with every rank
+    restore_handlers = interrupts_raise()  # Ctrl-C and `kill` both end the run with every rank
     interrupted = False
     try:
         if ray is None and os.environ.get(NO_FORK_SERVER) != "1":
@@ -358,7 +358,7 @@ def _launch_ranks(config: RunConfig, on_network=None) -> int:
     except KeyboardInterrupt as e:
         print("phantom: interrupted; stopping all ranks", file=sys.stderr)
         interrupted = True
-        return _interrupted_status(e)
+        return interrupted_status(e)
     finally:
         if not interrupted:
             _let_exiting_ranks_finish(ranks)

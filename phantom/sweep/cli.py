@@ -2,7 +2,7 @@
 
     phantom sweep SPEC.toml [sweep options]
     phantom sweep --framework torchtitan [sweep options] [phantom run options] -- COMMAND
-    phantom sweep --vary NAME=V1,V2 [...] [sweep options] [phantom run options] -- COMMAND
+    phantom sweep --vary ARG=V1,V2 [...] [sweep options] [phantom run options] -- COMMAND
 
 docs/sweep.md describes all three with examples.
 """
@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from phantom.launcher.launch import interrupts_raise, interrupted_status
 from phantom.sweep import frameworks
 from phantom.sweep.results import SweepOutcome, table
 from phantom.sweep.runner import Runner, SweepOptions, SweepRunError
@@ -27,7 +28,7 @@ def parser() -> argparse.ArgumentParser:
         usage="phantom sweep SPEC.toml [options]\n"
               "       phantom sweep --framework {torchtitan,megatron,deepspeed} [options] "
               "[phantom run options] -- COMMAND\n"
-              "       phantom sweep --vary NAME=V1,V2 [...] [options] [phantom run options] -- COMMAND",
+              "       phantom sweep --vary ARG=V1,V2 [...] [options] [phantom run options] -- COMMAND",
         description="Run one training script at many layouts under simulation and rank them "
                     "(docs/sweep.md). Options phantom sweep does not know go to every point's "
                     "`phantom run` (--cluster, --nnodes, --gpu, ...).")
@@ -170,6 +171,7 @@ def main(argv: list[str]) -> int:
     args = parser().parse_args(ours)
     if args.ray_address:
         args.executor = "ray"
+    restore = interrupts_raise()  # Ctrl-C and `kill` end the sweep and its running points
     try:
         spec = build_spec(args, run_options, command)
         if args.list:
@@ -186,10 +188,12 @@ def main(argv: list[str]) -> int:
     except (SweepSpecError, SweepRunError) as e:
         print(f"phantom sweep: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("phantom sweep: interrupted; finished points are kept and a rerun resumes",
               file=sys.stderr)
-        return 130
+        return interrupted_status(e)
+    finally:
+        restore()
     return report(outcome, options.out_dir, args.top)
 
 

@@ -256,6 +256,7 @@ class Runner:
         if self._stopping.is_set() or output.exit_code < 0:
             return None  # killed: Ctrl-C, or from outside
         result = self._result(job, output, round(time.monotonic() - start, 2))
+        self._note_best(result)  # before this worker takes its next point, which it bounds
         self._keep_profile(job, host, result)
         (job.dir / "result.json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
         return result
@@ -286,13 +287,20 @@ class Runner:
         else:
             shutil.rmtree(job.profile_dir, ignore_errors=True)
 
+    def _note_best(self, result: PointResult) -> None:
+        with self._lock:
+            if result.status == "ok" and (self._best is None
+                                          or rank([self._best, result], self.metric)[0] is result):
+                self._best = result
+
     def record(self, result: PointResult, total: int, started: float) -> None:
+        """Count a finished point and print its progress line."""
+        if result.cached:
+            self._note_best(result)
         with self._lock:
             self._done += 1
             if not result.cached:
                 self._run_walls.append(result.wall_s)
-            if result.status == "ok" and (self._best is None or rank([self._best, result], self.metric)[0] is result):
-                self._best = result
             self.progress(self._progress_line(result, total, started))
 
     def _progress_line(self, r: PointResult, total: int, started: float) -> str:
@@ -343,8 +351,9 @@ class Runner:
                 self.record(cached, len(jobs), started)
         execute = self._executor()
         pool = futures.ThreadPoolExecutor(max_workers=max(1, self.options.jobs))
-        pending = {pool.submit(self.run_one, job, execute) for job in todo}
+        pending: set[futures.Future] = set()
         try:
+            pending = {pool.submit(self.run_one, job, execute) for job in todo}
             for done in futures.as_completed(pending):
                 result = done.result()
                 if result is not None:
