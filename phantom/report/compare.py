@@ -81,29 +81,29 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any]) -> str:
     rows = [[k, _fmt(ma[k]), _fmt(mb[k]), "" if k == "ranks" else _delta(ma[k], mb[k])] for k in ma]
     intro = (f"<p><b>A</b>: {h._esc(h._run_label(a))} ({h._esc(a['_source'])})<br>"
              f"<b>B</b>: {h._esc(h._run_label(b))} ({h._esc(b['_source'])})</p>")
-    sections = [h._section("Key numbers", intro + h._table(["", "A", "B", "B vs A"], rows,
+    sections = [h.section("Key numbers", intro + h._table(["", "A", "B", "B vs A"], rows,
                                                             "compare"), "summary")]
-    missing = h._note("Not recorded in at least one run: run both with `phantom run --out DIR`.")
+    missing = h.note("Not recorded in at least one run: run both with `phantom run --out DIR`.")
     n_ranks = len(a["ranks"]) + len(b["ranks"])
     fig = h.breakdown_figure(runs)
-    sections.append(h._section(
+    sections.append(h.section(
         "Iteration time per rank",
-        h._figure_html(fig, "breakdown", 120 + 40 * n_ranks) if fig is not None else missing,
+        h.figure_html(fig, "breakdown", 120 + 40 * n_ranks) if fig is not None else missing,
         "breakdown"))
     fig = h.peak_figure(runs)
-    sections.append(h._section(
+    sections.append(h.section(
         "Memory live at the peak",
-        h._figure_html(fig, "memory-at-peak", 120 + 40 * n_ranks) if fig is not None else missing,
+        h.figure_html(fig, "memory-at-peak", 120 + 40 * n_ranks) if fig is not None else missing,
         "memory"))
     fig = _class_figure(runs)
     if fig is not None:
-        sections.append(h._section("GPU time by op class", h._figure_html(fig, "op-classes", 360),
+        sections.append(h.section("GPU time by op class", h.figure_html(fig, "op-classes", 360),
                                    "op-classes"))
     cols = "".join(f"<div><h3>{label}</h3>{h._collectives_table(r)}</div>"
                    for label, r in (("A", a), ("B", b)))
-    sections.append(h._section("Top collectives", f'<div class="cols">{cols}</div>',
+    sections.append(h.section("Top collectives", f'<div class="cols">{cols}</div>',
                                "top-collectives"))
     cols = "".join(f"<div><h3>{label}</h3>{h._ops_table(r)}</div>" for label, r in (("A", a), ("B", b)))
-    sections.append(h._section("Top ops", f'<div class="cols">{cols}</div>', "top-ops"))
+    sections.append(h.section("Top ops", f'<div class="cols">{cols}</div>', "top-ops"))
     return h.page("phantom run comparison", f"A: {h._run_label(a)}  vs  B: {h._run_label(b)}",
                   sections)

@@ -81,10 +81,11 @@ def _world(report: dict[str, Any]) -> int:
     return d["world_size"] if d else 1
 
 
-def _figure_html(fig: Any, name: str, height: int) -> str:
-    fig.update_layout(height=height, margin=dict(l=60, r=20, t=40, b=40),
+def figure_html(fig: Any, name: str, height: int, top: int = 40, legend_y: float = 1.02) -> str:
+    """A plotly figure as a `div.plot` named `name` (the pages inline plotly.js once)."""
+    fig.update_layout(height=height, margin=dict(l=60, r=20, t=top, b=40),
                       template="plotly_white", font=dict(size=12),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+                      legend=dict(orientation="h", yanchor="bottom", y=legend_y, x=0))
     div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{name}",
                       config={"displaylogo": False, "responsive": True})
     return f'<div class="plot" data-plot="{name}">{div}</div>'
@@ -96,7 +97,7 @@ def _table(headers: list[str], rows: list[list[Any]], cls: str = "") -> str:
     return f'<table class="{cls}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def _note(text: str) -> str:
+def note(text: str) -> str:
     return f'<p class="note">{_esc(text)}</p>'
 
 
@@ -305,16 +306,17 @@ th { background: #f3f4f6; }
 """
 
 
-def page(title: str, subtitle: str, sections: list[str]) -> str:
+def page(title: str, subtitle: str, sections: list[str], extra_css: str = "") -> str:
+    """A self-contained page: the report's style (and `extra_css`), plotly.js once, the sections."""
     from plotly.offline import get_plotlyjs
 
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-            f"<style>{CSS}</style><script>{get_plotlyjs()}</script></head><body>"
+            f"<style>{CSS}{extra_css}</style><script>{get_plotlyjs()}</script></head><body>"
             f"<header><h1>{_esc(title)}</h1><div class='sub'>{_esc(subtitle)}</div></header>"
             f"<main>{''.join(sections)}</main></body></html>")
 
 
-def _section(title: str, body: str, name: str) -> str:
+def section(title: str, body: str, name: str) -> str:
     return f'<section id="{name}"><h2>{_esc(title)}</h2>{body}</section>'
 
 
@@ -382,7 +384,7 @@ def _collectives_table(report: dict) -> str:
              ", ".join(f"{k} x{v}" for k, v in c["algorithms"].items())]
             for c in (r0.get("top_collectives") or [])]
     if not rows:
-        return _note("No collectives (a single-process run, or none recorded).")
+        return note("No collectives (a single-process run, or none recorded).")
     return (f"<p class='note'>Rank {r0['rank']}; grouped by kind, group and size. Network ms: "
             "time on the network; wait ms: time its NCCL kernel waited for peers first.</p>"
             + _table(["collective", "group", "size", "calls", "network ms", "wait ms",
@@ -405,75 +407,75 @@ def _ops_table(report: dict) -> str:
     db = report.get("cost_database") or {}
     src = (f"Kernel times: {100 * db.get('hit_share', 0):.1f}% of GPU time from measured database "
            f"rows, {100 * db.get('fallback_share', 0):.1f}% from the fallback model.") if db else ""
-    return _table(["op", "calls", "GPU ms"], rows) + _note(f"GPU time by class: {classes}. {src}")
+    return _table(["op", "calls", "GPU ms"], rows) + note(f"GPU time by class: {classes}. {src}")
 
 
 def render(report: dict[str, Any]) -> str:
     """The HTML page of one run."""
-    missing = _note("Not recorded: run with `phantom run --out DIR` to get this section.")
-    sections = [_section("Summary", _cards(report), "summary")]
+    missing = note("Not recorded: run with `phantom run --out DIR` to get this section.")
+    sections = [section("Summary", _cards(report), "summary")]
 
     body = ""
     fig = breakdown_figure([("", report)])
     if fig is not None:
-        body += _figure_html(fig, "breakdown", 120 + 45 * len(report["ranks"]))
+        body += figure_html(fig, "breakdown", 120 + 45 * len(report["ranks"]))
         body += _breakdown_table(report)
         its = iterations_figure(report)
         if its is not None:
-            body += _figure_html(its, "iterations", 260)
-        body += _note("Per iteration window (from one optimizer step's GPU completion to the next): "
+            body += figure_html(its, "iterations", 260)
+        body += note("Per iteration window (from one optimizer step's GPU completion to the next): "
                       "compute = time any compute kernel runs; exposed communication = NCCL "
                       "kernels running while no compute does (collectives the GPU waits for), "
                       "of which waiting for peers = NCCL kernels that wait for a rank that has "
                       "not reached the collective yet; idle = the rest (the GPU waits for the "
                       "host). "
                       "Steady state leaves out the first iteration when there are 3 or more.")
-    sections.append(_section("Iteration time per rank", body or missing, "breakdown"))
+    sections.append(section("Iteration time per rank", body or missing, "breakdown"))
 
     fig = timeline_figure(report)
-    body = _figure_html(fig, "timeline", 140 + 34 * sum(
+    body = figure_html(fig, "timeline", 140 + 34 * sum(
         len((r.get("timeline_overview") or {}).get("tracks", [])) for r in report["ranks"][:8])) \
         if fig is not None else missing
     if fig is not None:
-        body += _note("Adjacent kernels of one class are merged; the full detail is in the trace "
+        body += note("Adjacent kernels of one class are merged; the full detail is in the trace "
                       "(trace.json: open it in ui.perfetto.dev).")
-    sections.append(_section("Timeline of one iteration", body, "timeline"))
+    sections.append(section("Timeline of one iteration", body, "timeline"))
 
     body = ""
     fig = memory_figure(report)
     if fig is not None:
-        body += _figure_html(fig, "memory", 380)
+        body += figure_html(fig, "memory", 380)
     fig = peak_figure([("", report)])
     if fig is not None:
-        body += _figure_html(fig, "memory-at-peak", 120 + 45 * len(report["ranks"]))
+        body += figure_html(fig, "memory-at-peak", 120 + 45 * len(report["ranks"]))
         body += _peak_table(report)
-        body += _note("Categories: parameters (the optimizer's parameters, and FSDP's unsharded "
+        body += note("Categories: parameters (the optimizer's parameters, and FSDP's unsharded "
                       "copies), gradients (their .grad), optimizer state, activations (everything "
                       "else allocated during the peak's iteration), other (older allocations: "
                       "buffers, workspaces). They add up to the peak exactly.")
-    sections.append(_section("Memory", body or missing, "memory"))
+    sections.append(section("Memory", body or missing, "memory"))
 
     bars, heat = network_figures(report)
     if bars is not None:
         net = report["network"]
-        body = (_figure_html(bars, "links", 340) + _figure_html(heat, "links-over-time",
+        body = (figure_html(bars, "links", 340) + figure_html(heat, "links-over-time",
                                                                  140 + 24 * min(24, len(net["links"])))
                 + _links_table(net)
-                + _note(f"{net['collectives']} collectives over {net['span_ms']:.1f} ms simulated "
+                + note(f"{net['collectives']} collectives over {net['span_ms']:.1f} ms simulated "
                         f"(the whole run, set-up included); buckets of {net['bucket_ms']:.3f} ms. "
                         "Utilisation = bytes on the wire / (capacity x time); busy = time with any "
                         "traffic."))
     else:
-        body = _note("No network traffic recorded (a single-process run, or no --out).")
-    sections.append(_section("Network links", body, "network"))
+        body = note("No network traffic recorded (a single-process run, or no --out).")
+    sections.append(section("Network links", body, "network"))
 
     body = ""
     fig = top_ops_figure(report)
     if fig is not None:
-        body += _figure_html(fig, "top-ops", 420)
+        body += figure_html(fig, "top-ops", 420)
     body += _ops_table(report)
-    sections.append(_section("Top ops", body, "top-ops"))
-    sections.append(_section("Top collectives", _collectives_table(report), "top-collectives"))
+    sections.append(section("Top ops", body, "top-ops"))
+    sections.append(section("Top collectives", _collectives_table(report), "top-collectives"))
     gpu = (report.get("gpu") or {}).get("name", "?")
     subtitle = (f"{_run_label(report)} · {gpu} x {_world(report)} · "
                 f"{report['_source']}")

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from phantom.report.html import CSS as REPORT_CSS
+from phantom.report.html import figure_html, note, page, section
 from phantom.sweep.results import GIB, STATUSES, PointResult
 
 TOKENS = "tokens_per_s_per_gpu"
@@ -121,15 +121,6 @@ def copyable_command(command: str) -> str:
 
 
 # -- figures -----------------------------------------------------------------------------------
-def _figure_html(fig: Any, name: str, height: int) -> str:
-    fig.update_layout(height=height, margin=dict(l=60, r=20, t=50, b=40),
-                      template="plotly_white", font=dict(size=12),
-                      legend=dict(orientation="h", yanchor="bottom", y=1.06, x=0))
-    div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=f"plot-{name}",
-                      config={"displaylogo": False, "responsive": True})
-    return f'<div class="plot" data-plot="{name}">{div}</div>'
-
-
 def _scatter(points: list[PointResult], metric: str, name: str, **style: Any) -> Any:
     import plotly.graph_objects as go
 
@@ -291,14 +282,6 @@ def axis_effects_figure(sweep: dict[str, Any]) -> tuple[Any, int] | None:
 
 
 # -- sections ----------------------------------------------------------------------------------
-def _section(title: str, body: str, name: str) -> str:
-    return f'<section id="{name}"><h2>{_esc(title)}</h2>{body}</section>'
-
-
-def _note(text: str) -> str:
-    return f'<p class="note">{_esc(text)}</p>'
-
-
 def _cards(cards: list[tuple[str, Any]]) -> str:
     return '<div class="cards">' + "".join(
         f'<div class="card"><div class="v">{_esc(v)}</div><div class="k">{_esc(k)}</div></div>'
@@ -345,35 +328,36 @@ def _summary(sweep: dict[str, Any], points: list[PointResult]) -> str:
     body = _cards(_cluster_cards(sweep, points))
     best = next((p for p in points if p.id == sweep.get("best")), None)
     if best is None:
-        body += _note("No point finished: every point ran out of memory, stopped or failed, so "
+        body += note("No point finished: every point ran out of memory, stopped or failed, so "
                       "there is no best layout.")
     else:
         body += "<h2>Best point</h2>" + _cards(_best_cards(best))
         body += f'<pre class="cmd">{_esc(copyable_command(best.command))}</pre>'
     space = _space(sweep)
-    return body + (_note(space) if space else "")
+    return body + (note(space) if space else "")
 
 
 def _plots(sweep: dict[str, Any], points: list[PointResult]) -> list[str]:
     metric = sweep["metric"]
     done = _finished(points, metric)
-    body = _figure_html(throughput_memory_figure(sweep), "throughput-memory", 480)
-    body += _note("Each marker is a point at its peak reserved memory (the most any rank "
+    body = figure_html(throughput_memory_figure(sweep), "throughput-memory", 480, top=50,
+                       legend_y=1.06)
+    body += note("Each marker is a point at its peak reserved memory (the most any rank "
                   "reserved). The dotted line joins the Pareto front: the points no other point "
                   "beats on both the metric and memory. OOM markers sit at the capacity plus "
                   "the least extra memory the point needed.")
     if not done:
-        body += _note("No point finished: none has a throughput to plot.")
-    out = [_section("Throughput and memory", body, "throughput-memory")]
+        body += note("No point finished: none has a throughput to plot.")
+    out = [section("Throughput and memory", body, "throughput-memory")]
     effects = axis_effects_figure(sweep)
     if effects is None:
-        body = _note("No parameter takes more than one value among the finished points.")
+        body = note("No parameter takes more than one value among the finished points.")
     else:
         fig, rows = effects
-        body = _figure_html(fig, "axis-effects", 120 + 300 * rows)
-        body += _note("Per parameter: every finished point with each value (box), and the best "
+        body = figure_html(fig, "axis-effects", 120 + 300 * rows, top=50, legend_y=1.06)
+        body += note("Per parameter: every finished point with each value (box), and the best "
                       "one with that value (star).")
-    out.append(_section("Effect of each parameter", body, "axis-effects"))
+    out.append(section("Effect of each parameter", body, "axis-effects"))
     return out
 
 
@@ -392,14 +376,14 @@ def _row(rank: int, p: PointResult, names: list[str], sweep: dict[str, Any]) -> 
 
 def _ranked_table(sweep: dict[str, Any], points: list[PointResult]) -> str:
     if not points:
-        return _note("The sweep ran no point.")
+        return note("The sweep ran no point.")
     names = _parameters(sweep, points)
     head = ["#", "id", *names, "tok/s/GPU", "MFU", "iter ms", "peak GiB", "headroom GiB",
             "status"]
     rows = "".join(_row(i, p, names, sweep) for i, p in enumerate(points, 1))
     table = (f'<table class="ranked"><thead><tr>{"".join(f"<th>{_esc(h)}</th>" for h in head)}'
              f"</tr></thead><tbody>{rows}</tbody></table>")
-    return table + _note("Best first. Highlighted: the best point; \u25C6: on the Pareto front. "
+    return table + note("Best first. Highlighted: the best point; \u25C6: on the Pareto front. "
                          "Hover a stopped or failed point's status for its message. "
                          + "; ".join(f"{k}: {v}" for k, v in STATUSES.items()) + ".")
 
@@ -407,7 +391,7 @@ def _ranked_table(sweep: dict[str, Any], points: list[PointResult]) -> str:
 def _skipped(sweep: dict[str, Any]) -> str:
     skipped = sweep.get("skipped") or []
     if not skipped:
-        return _note("No combination was skipped.")
+        return note("No combination was skipped.")
     rows = "".join(f"<tr><td>{_esc(' '.join(f'{k}={v}' for k, v in s['values'].items()))}</td>"
                    f"<td>{_esc(s['reason'])}</td></tr>" for s in skipped)
     return (f"<details><summary>{len(skipped)} combination(s) skipped by the constraints"
@@ -416,26 +400,17 @@ def _skipped(sweep: dict[str, Any]) -> str:
 
 
 # -- page --------------------------------------------------------------------------------------
-def _page(title: str, subtitle: str, sections: list[str]) -> str:
-    from plotly.offline import get_plotlyjs
-
-    return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_esc(title)}</title>"
-            f"<style>{REPORT_CSS}{SWEEP_CSS}</style><script>{get_plotlyjs()}</script></head><body>"
-            f"<header><h1>{_esc(title)}</h1><div class='sub'>{_esc(subtitle)}</div></header>"
-            f"<main>{''.join(sections)}</main></body></html>")
-
-
 def render(sweep: dict[str, Any]) -> str:
     """The HTML page of a sweep.json document."""
     points = _points(sweep)
-    sections = [_section("Sweep", _summary(sweep, points), "summary"),
+    sections = [section("Sweep", _summary(sweep, points), "summary"),
                 *_plots(sweep, points),
-                _section(f"All {len(points)} points, ranked", _ranked_table(sweep, points),
+                section(f"All {len(points)} points, ranked", _ranked_table(sweep, points),
                          "points"),
-                _section("Skipped combinations", _skipped(sweep), "skipped")]
+                section("Skipped combinations", _skipped(sweep), "skipped")]
     gpu = (sweep.get("gpu") or {}).get("name", "?")
     subtitle = f"{gpu} x {sweep.get('world_size', '?')} · from {sweep.get('source', '?')}"
-    return _page(f"phantom sweep: {sweep.get('name', '')}", subtitle, sections)
+    return page(f"phantom sweep: {sweep.get('name', '')}", subtitle, sections, extra_css=SWEEP_CSS)
 
 
 def render_sweep_html(sweep: dict[str, Any], out_path: Path) -> Path:
